@@ -1,0 +1,515 @@
+//! Connections: one [`Client`] per deployment, shared by every lock and queue
+//! that names the same URL, with a pool of reusable connections.
+//!
+//! The pool is deliberately small and hand-rolled rather than r2d2: it must
+//! start no background thread (PHP-FPM workers, forked Python children), must
+//! not PING on every checkout (that would double the round trips of an
+//! uncontended lock), and must notice a `fork()` — a child never reuses a
+//! socket of its parent, it silently forgets them (closing them could tear
+//! down TLS sessions the parent still uses) and connects afresh.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use redis::{ConnectionInfo, ConnectionLike, RedisResult};
+
+use crate::config::{Config, Target};
+use crate::error::{Error, ErrorKind, Result};
+
+/// Idle connections kept per client; more concurrent users simply open more
+/// and close the surplus when they are done.
+const MAX_IDLE: usize = 64;
+
+/// How long a cached cluster slot map is trusted before it is fetched again.
+const SLOT_MAP_TTL: Duration = Duration::from_secs(1);
+
+/// A connection of either kind.
+pub(crate) enum Conn {
+    /// One server (standalone or the Sentinel master).
+    Single(redis::Connection),
+    /// A cluster connection (routes by key, follows MOVED/ASK).
+    Cluster(Box<redis::cluster::ClusterConnection>),
+}
+
+impl Conn {
+    /// The connection as the redis crate's command interface.
+    pub(crate) fn like(&mut self) -> &mut dyn ConnectionLike {
+        match self {
+            Conn::Single(c) => c,
+            Conn::Cluster(c) => c.as_mut(),
+        }
+    }
+}
+
+/// A handle to one Redis deployment (server, Sentinel master or Cluster).
+///
+/// Cheap to clone; clones share the connection pool. Use [`Client::shared`] to
+/// get the process-wide client of a URL.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("url", &self.inner.config.redacted_url())
+            .finish()
+    }
+}
+
+struct Inner {
+    config: Config,
+    backend: Backend,
+    idle: Mutex<Idle>,
+}
+
+/// Pool state, valid for the process `pid` only.
+struct Idle {
+    pid: u32,
+    conns: Vec<Conn>,
+    /// Plain connections to cluster nodes, for subscriptions.
+    node_conns: HashMap<(String, u16), Vec<redis::Connection>>,
+    slot_map: Option<(Instant, SlotMap)>,
+    /// Sentinel: the master client currently believed to be right.
+    master: Option<redis::Client>,
+    /// Sentinel: the resolver (it caches sentinel connections, so per process).
+    sentinel: Option<redis::sentinel::SentinelClient>,
+}
+
+enum Backend {
+    Single(redis::Client),
+    Sentinel,
+    Cluster(redis::cluster::ClusterClient),
+}
+
+fn current_pid() -> u32 {
+    std::process::id()
+}
+
+impl Client {
+    /// A new client with its own pool. Nothing is connected until first use.
+    pub fn new(config: Config) -> Result<Self> {
+        let ctx = config.redacted_url().to_owned();
+        let backend = match &config.target {
+            Target::Single(info) => Backend::Single(
+                single_client(info, &config).map_err(|e| Error::from_redis(&ctx, e))?,
+            ),
+            Target::Sentinel { .. } => Backend::Sentinel,
+            Target::Cluster { nodes, node, tls } => {
+                let mut b = redis::cluster::ClusterClientBuilder::new(nodes.clone())
+                    .connection_timeout(config.connect_timeout)
+                    .response_timeout(config.command_timeout)
+                    .retries(3);
+                if let Some(u) = node.username() {
+                    b = b.username(u);
+                }
+                if let Some(p) = node.password() {
+                    b = b.password(p);
+                }
+                if let Some(mode) = tls {
+                    b = b.tls(*mode);
+                }
+                if let Some(certs) = &config.tls_certs {
+                    b = b.certs(certs.clone());
+                }
+                Backend::Cluster(b.build().map_err(|e| Error::from_redis(&ctx, e))?)
+            }
+        };
+        install_crypto_provider();
+        Ok(Self {
+            inner: Arc::new(Inner {
+                config,
+                backend,
+                idle: Mutex::new(Idle {
+                    pid: current_pid(),
+                    conns: Vec::new(),
+                    node_conns: HashMap::new(),
+                    slot_map: None,
+                    master: None,
+                    sentinel: None,
+                }),
+            }),
+        })
+    }
+
+    /// The process-wide client for `url`: every lock and queue naming the same
+    /// URL shares one pool.
+    pub fn shared(url: &str) -> Result<Self> {
+        static REGISTRY: OnceLock<Mutex<HashMap<String, Client>>> = OnceLock::new();
+        let registry = REGISTRY.get_or_init(Default::default);
+        let key = url.trim().to_owned();
+        if let Some(client) = lock(registry).get(&key) {
+            return Ok(client.clone());
+        }
+        let client = Client::new(Config::from_url(&key)?)?;
+        Ok(lock(registry).entry(key).or_insert(client).clone())
+    }
+
+    /// The settings this client was built from.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// True when connected to a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        self.inner.config.is_cluster()
+    }
+
+    /// Same pool (clones of one client, or the same shared URL).
+    pub fn same_as(&self, other: &Client) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// An identity of the pool, to group work by client.
+    pub(crate) fn pool_id(&self) -> *const () {
+        Arc::as_ptr(&self.inner).cast()
+    }
+
+    /// Checks that Redis answers (`PING`).
+    pub fn ping(&self) -> Result<()> {
+        self.run("ping", |c| {
+            redis::cmd("PING").query::<String>(c.like()).map(drop)
+        })
+    }
+
+    /// Runs `op` on a pooled connection.
+    ///
+    /// Errors are mapped with `context` (e.g. `lock "orders"`). A connection
+    /// that fails is discarded; when a *reused* connection turns out to be dead
+    /// (the server restarted or closed it while idle) the operation is retried
+    /// once on a fresh connection — the dead socket cannot have delivered it.
+    pub(crate) fn run<T>(
+        &self,
+        context: &str,
+        mut op: impl FnMut(&mut Conn) -> RedisResult<T>,
+    ) -> Result<T> {
+        let (mut conn, reused) = self.checkout().map_err(|e| e.context(context))?;
+        match op(&mut conn) {
+            Ok(v) => {
+                self.checkin(conn);
+                Ok(v)
+            }
+            Err(e) if reused && (is_stale(&e) || is_failover(&e)) => {
+                drop(conn);
+                self.forget_topology(&e);
+                let mut fresh = self.connect().map_err(|e| e.context(context))?;
+                match op(&mut fresh) {
+                    Ok(v) => {
+                        self.checkin(fresh);
+                        Ok(v)
+                    }
+                    Err(e) => Err(self.failed(fresh, e, context)),
+                }
+            }
+            Err(e) => Err(self.failed(conn, e, context)),
+        }
+    }
+
+    fn failed(&self, conn: Conn, e: redis::RedisError, context: &str) -> Error {
+        // A server error reply leaves the connection usable; anything else
+        // (I/O, timeout, protocol) leaves it in an unknown state.
+        if e.is_io_error() || e.is_timeout() || e.is_unrecoverable_error() || is_failover(&e) {
+            self.forget_topology(&e);
+        } else {
+            self.checkin(conn);
+        }
+        Error::from_redis(context, e)
+    }
+
+    fn idle(&self) -> MutexGuard<'_, Idle> {
+        let mut idle = lock(&self.inner.idle);
+        let pid = current_pid();
+        if idle.pid != pid {
+            // Forked: the sockets belong to the parent. Forget, never close.
+            std::mem::forget(std::mem::take(&mut idle.conns));
+            std::mem::forget(std::mem::take(&mut idle.node_conns));
+            std::mem::forget(idle.sentinel.take());
+            idle.master = None;
+            idle.slot_map = None;
+            idle.pid = pid;
+        }
+        idle
+    }
+
+    fn checkout(&self) -> Result<(Conn, bool)> {
+        if let Some(conn) = self.idle().conns.pop() {
+            return Ok((conn, true));
+        }
+        Ok((self.connect()?, false))
+    }
+
+    pub(crate) fn checkin(&self, conn: Conn) {
+        let open = match &conn {
+            Conn::Single(c) => c.is_open(),
+            Conn::Cluster(c) => c.is_open(),
+        };
+        let mut idle = self.idle();
+        if open && idle.conns.len() < MAX_IDLE {
+            idle.conns.push(conn);
+        }
+    }
+
+    /// Drops cached topology after an error that suggests it changed.
+    fn forget_topology(&self, e: &redis::RedisError) {
+        let mut idle = self.idle();
+        if matches!(self.inner.backend, Backend::Sentinel) {
+            // The master may have moved: re-ask the sentinels on next connect,
+            // and drop idle connections that may point at the old master.
+            idle.master = None;
+            idle.conns.clear();
+        }
+        if e.is_cluster_error() || e.is_io_error() {
+            idle.slot_map = None;
+        }
+    }
+
+    /// Opens a new connection of the deployment's kind.
+    fn connect(&self) -> Result<Conn> {
+        let ctx = self.inner.config.redacted_url();
+        match &self.inner.backend {
+            Backend::Single(client) => self
+                .open_plain(client)
+                .map(Conn::Single)
+                .map_err(|e| Error::from_redis(ctx, e)),
+            Backend::Sentinel => {
+                let client = self.master_client()?;
+                self.open_plain(&client)
+                    .map(Conn::Single)
+                    .map_err(|e| Error::from_redis(ctx, e))
+            }
+            Backend::Cluster(client) => client
+                .get_connection()
+                .map(|c| Conn::Cluster(Box::new(c)))
+                .map_err(|e| Error::from_redis(ctx, e)),
+        }
+    }
+
+    fn open_plain(&self, client: &redis::Client) -> RedisResult<redis::Connection> {
+        let cfg = &self.inner.config;
+        let conn = client.get_connection_with_timeout(cfg.connect_timeout)?;
+        conn.set_read_timeout(Some(cfg.command_timeout))?;
+        conn.set_write_timeout(Some(cfg.command_timeout))?;
+        Ok(conn)
+    }
+
+    /// Sentinel: the client of the current master, asking the sentinels if needed.
+    fn master_client(&self) -> Result<redis::Client> {
+        let ctx = self.inner.config.redacted_url();
+        let Target::Sentinel {
+            sentinels,
+            master,
+            node,
+            tls,
+        } = &self.inner.config.target
+        else {
+            return Err(Error::new(
+                ErrorKind::Config,
+                format!("{ctx}: not a sentinel URL"),
+            ));
+        };
+        let mut idle = self.idle();
+        if let Some(client) = &idle.master {
+            return Ok(client.clone());
+        }
+        if idle.sentinel.is_none() {
+            let mut info = redis::sentinel::SentinelNodeConnectionInfo::default()
+                .set_redis_connection_info(node.clone());
+            if let Some(mode) = tls {
+                info = info.set_tls_mode(*mode);
+            }
+            let sc = redis::sentinel::SentinelClient::build(
+                sentinels.clone(),
+                master.clone(),
+                Some(info),
+                redis::sentinel::SentinelServerType::Master,
+            )
+            .map_err(|e| Error::from_redis(ctx, e))?;
+            idle.sentinel = Some(sc);
+        }
+        let sc = idle
+            .sentinel
+            .as_mut()
+            .ok_or_else(|| Error::new(ErrorKind::Connection, ctx))?;
+        let client = sc.get_client().map_err(|e| Error::from_redis(ctx, e))?;
+        let client = match &self.inner.config.tls_certs {
+            Some(certs) => {
+                redis::Client::build_with_tls(client.get_connection_info().clone(), certs.clone())
+                    .map_err(|e| Error::from_redis(ctx, e))?
+            }
+            None => client,
+        };
+        idle.master = Some(client.clone());
+        Ok(client)
+    }
+
+    /// A plain connection to the node that serves `key` (the server itself,
+    /// the Sentinel master, or the cluster node owning the key's slot), for
+    /// subscriptions. Return it with [`Client::checkin_plain`].
+    pub(crate) fn checkout_plain(&self, key: &[u8]) -> Result<PlainConn> {
+        let ctx = self.inner.config.redacted_url();
+        match &self.inner.backend {
+            Backend::Single(_) | Backend::Sentinel => {
+                let (conn, _) = self.checkout()?;
+                match conn {
+                    Conn::Single(c) => Ok(PlainConn {
+                        conn: c,
+                        node: None,
+                    }),
+                    Conn::Cluster(_) => unreachable!("single backend yields single connections"),
+                }
+            }
+            Backend::Cluster(_) => {
+                let node = self.node_for(key)?;
+                if let Some(c) = self.idle().node_conns.get_mut(&node).and_then(Vec::pop) {
+                    return Ok(PlainConn {
+                        conn: c,
+                        node: Some(node),
+                    });
+                }
+                let Target::Cluster {
+                    node: settings,
+                    tls,
+                    ..
+                } = &self.inner.config.target
+                else {
+                    unreachable!("cluster backend has a cluster target")
+                };
+                let addr = match tls {
+                    Some(mode) => redis::ConnectionAddr::TcpTls {
+                        host: node.0.clone(),
+                        port: node.1,
+                        insecure: *mode == redis::TlsMode::Insecure,
+                        tls_params: None,
+                    },
+                    None => redis::ConnectionAddr::Tcp(node.0.clone(), node.1),
+                };
+                let info = redis::IntoConnectionInfo::into_connection_info(addr)
+                    .map_err(|e| Error::from_redis(ctx, e))?
+                    .set_redis_settings(settings.clone());
+                let client = single_client(&info, &self.inner.config)
+                    .map_err(|e| Error::from_redis(ctx, e))?;
+                let conn = self
+                    .open_plain(&client)
+                    .map_err(|e| Error::from_redis(ctx, e))?;
+                Ok(PlainConn {
+                    conn,
+                    node: Some(node),
+                })
+            }
+        }
+    }
+
+    /// Returns a connection taken with [`Client::checkout_plain`].
+    pub(crate) fn checkin_plain(&self, plain: PlainConn) {
+        if !plain.conn.is_open() {
+            return;
+        }
+        match plain.node {
+            None => self.checkin(Conn::Single(plain.conn)),
+            Some(node) => {
+                let mut idle = self.idle();
+                let list = idle.node_conns.entry(node).or_default();
+                if list.len() < MAX_IDLE {
+                    list.push(plain.conn);
+                }
+            }
+        }
+    }
+
+    /// Cluster: the master serving the slot of `key`, from `CLUSTER SLOTS`.
+    fn node_for(&self, key: &[u8]) -> Result<(String, u16)> {
+        let slot = crate::keys::slot_of(key);
+        let lookup = |map: &[(u16, u16, String, u16)]| {
+            map.iter()
+                .find(|(lo, hi, _, _)| (*lo..=*hi).contains(&slot))
+                .map(|(_, _, h, p)| (h.clone(), *p))
+        };
+        if let Some((at, map)) = &self.idle().slot_map
+            && at.elapsed() < SLOT_MAP_TTL
+            && let Some(node) = lookup(map)
+        {
+            return Ok(node);
+        }
+        let raw: Vec<redis::Value> = self.run("cluster slots", |c| {
+            redis::cmd("CLUSTER").arg("SLOTS").query(c.like())
+        })?;
+        let map = parse_cluster_slots(&raw);
+        let node = lookup(&map).ok_or_else(|| {
+            Error::new(
+                ErrorKind::Connection,
+                format!("no cluster node serves slot {slot}"),
+            )
+        })?;
+        self.idle().slot_map = Some((Instant::now(), map));
+        Ok(node)
+    }
+}
+
+/// Cluster slot ranges and the master serving each: `(first, last, host, port)`.
+type SlotMap = Vec<(u16, u16, String, u16)>;
+
+/// A plain connection checked out for a subscription.
+pub(crate) struct PlainConn {
+    pub conn: redis::Connection,
+    node: Option<(String, u16)>,
+}
+
+fn single_client(info: &ConnectionInfo, config: &Config) -> RedisResult<redis::Client> {
+    match &config.tls_certs {
+        Some(certs) => redis::Client::build_with_tls(info.clone(), certs.clone()),
+        None => redis::Client::open(info.clone()),
+    }
+}
+
+fn parse_cluster_slots(raw: &[redis::Value]) -> SlotMap {
+    use redis::Value;
+    let mut out = Vec::new();
+    for entry in raw {
+        let Value::Array(items) = entry else { continue };
+        let (Some(Value::Int(lo)), Some(Value::Int(hi)), Some(Value::Array(master))) =
+            (items.first(), items.get(1), items.get(2))
+        else {
+            continue;
+        };
+        let host = match master.first() {
+            Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+            Some(Value::SimpleString(s)) => s.clone(),
+            _ => continue,
+        };
+        let Some(Value::Int(port)) = master.get(1) else {
+            continue;
+        };
+        out.push((*lo as u16, *hi as u16, host, *port as u16));
+    }
+    out
+}
+
+/// A reused connection that fails like this was closed while idle.
+fn is_stale(e: &redis::RedisError) -> bool {
+    e.is_connection_dropped() || e.is_connection_refusal()
+}
+
+/// The node we talk to is no longer the master (Sentinel failover).
+fn is_failover(e: &redis::RedisError) -> bool {
+    matches!(
+        e.kind(),
+        redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
+            | redis::ErrorKind::Server(redis::ServerErrorKind::MasterDown)
+    )
+}
+
+/// Locks a mutex, recovering it if a panicking thread poisoned it (the data
+/// behind our mutexes stays consistent at every await point).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// rustls needs one process-wide crypto provider; we ship `ring`.
+fn install_crypto_provider() {
+    static ONCE: OnceLock<()> = OnceLock::new();
+    ONCE.get_or_init(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}

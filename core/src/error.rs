@@ -1,0 +1,208 @@
+//! The one error type of the crate.
+//!
+//! Callers branch on behaviour through [`ErrorKind`] or the `is_*` predicates; the
+//! message always names the object (lock or queue) and the cause, so a log line is
+//! enough to understand what failed.
+
+use std::fmt;
+
+/// What went wrong, as a category callers can branch on.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// An argument was rejected before anything was sent to Redis
+    /// (empty name, negative ttl, count 0, …). No key was touched.
+    InvalidArgument,
+    /// The connection URL or options could not be understood.
+    Config,
+    /// Redis could not be reached, or the connection broke.
+    Connection,
+    /// Redis rejected the credentials (AUTH / ACL).
+    Auth,
+    /// Redis did not answer within the configured command timeout.
+    Timeout,
+    /// A release or extend was refused: this owner does not hold the lock
+    /// (never acquired, expired, or taken over by another owner).
+    NotOwned,
+    /// A queue operation could not run because a legacy client held the queue's
+    /// lock (`Lock:Queue:<name>`) for longer than the operation's timeout.
+    QueueLocked,
+    /// Too few Redlock masters answered yes (quorum not reached).
+    Quorum,
+    /// The wait was interrupted by the caller (a signal, a cancelled task).
+    Interrupted,
+    /// Redis answered with an error (script error, wrong type, OOM, …).
+    Redis,
+}
+
+impl ErrorKind {
+    fn describe(self) -> &'static str {
+        match self {
+            Self::InvalidArgument => "invalid argument",
+            Self::Config => "invalid configuration",
+            Self::Connection => "connection error",
+            Self::Auth => "authentication failed",
+            Self::Timeout => "timed out",
+            Self::NotOwned => "not owned",
+            Self::QueueLocked => "queue locked",
+            Self::Quorum => "no quorum",
+            Self::Interrupted => "interrupted",
+            Self::Redis => "redis error",
+        }
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.describe())
+    }
+}
+
+/// The error of every fallible operation in this crate.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct Error {
+    kind: ErrorKind,
+    message: String,
+    #[source]
+    source: Option<redis::RedisError>,
+}
+
+/// Shorthand for `Result<T, ferrolock::Error>`.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// An error of `kind` with a complete, human-readable message.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// An [`ErrorKind::InvalidArgument`] error.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::InvalidArgument, message)
+    }
+
+    /// Classifies a `redis` error and prefixes the message with `context`
+    /// (for example `lock "orders"`).
+    pub(crate) fn from_redis(context: &str, err: redis::RedisError) -> Self {
+        let kind = classify(&err);
+        let message = format!("{context}: {}: {err}", kind.describe());
+        Self {
+            kind,
+            message,
+            source: Some(err),
+        }
+    }
+
+    /// Returns the same error with `context` prepended to its message.
+    pub(crate) fn context(mut self, context: &str) -> Self {
+        self.message = format!("{context}: {}", self.message);
+        self
+    }
+
+    /// The category of this error.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The message without the kind (same as `to_string()`).
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// True for rejected arguments (nothing was sent to Redis).
+    pub fn is_invalid_argument(&self) -> bool {
+        self.kind == ErrorKind::InvalidArgument
+    }
+
+    /// True when Redis could not be reached, the connection broke, or the
+    /// credentials were refused.
+    pub fn is_connection(&self) -> bool {
+        matches!(self.kind, ErrorKind::Connection | ErrorKind::Auth)
+    }
+
+    /// True when Redis did not answer in time.
+    pub fn is_timeout(&self) -> bool {
+        self.kind == ErrorKind::Timeout
+    }
+
+    /// True when a release/extend was refused because the lock is not ours.
+    pub fn is_not_owned(&self) -> bool {
+        self.kind == ErrorKind::NotOwned
+    }
+
+    /// True when the caller interrupted a wait.
+    pub fn is_interrupted(&self) -> bool {
+        self.kind == ErrorKind::Interrupted
+    }
+
+    /// True when the error says nothing about the state in Redis but only about
+    /// reaching it (connection, auth or timeout): the operation may be retried.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self.kind,
+            ErrorKind::Connection | ErrorKind::Timeout | ErrorKind::Auth
+        )
+    }
+}
+
+fn classify(err: &redis::RedisError) -> ErrorKind {
+    use redis::ErrorKind as K;
+    use redis::ServerErrorKind as S;
+    if err.is_timeout() {
+        return ErrorKind::Timeout;
+    }
+    match err.kind() {
+        K::AuthenticationFailed => ErrorKind::Auth,
+        K::InvalidClientConfig => ErrorKind::Config,
+        K::Server(S::NoPerm) => ErrorKind::Auth,
+        K::Server(S::ReadOnly | S::MasterDown | S::TryAgain | S::ClusterDown | S::BusyLoading) => {
+            ErrorKind::Connection
+        }
+        K::MasterNameNotFoundBySentinel
+        | K::NoValidReplicasFoundBySentinel
+        | K::EmptySentinelList
+        | K::ClusterConnectionNotFound => ErrorKind::Connection,
+        _ if err.is_connection_dropped() || err.is_connection_refusal() || err.is_io_error() => {
+            ErrorKind::Connection
+        }
+        _ => {
+            let text = err.to_string();
+            if text.contains("WRONGPASS") || text.contains("NOAUTH") || text.contains("NOPERM") {
+                ErrorKind::Auth
+            } else {
+                ErrorKind::Redis
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn predicates_follow_kind() {
+        let e = Error::invalid("lock name must not be empty");
+        assert!(e.is_invalid_argument());
+        assert!(!e.is_connection());
+        assert_eq!(e.to_string(), "lock name must not be empty");
+        let e = Error::new(ErrorKind::Auth, "x");
+        assert!(e.is_connection() && e.is_transient());
+    }
+
+    #[test]
+    fn redis_errors_are_classified() {
+        let io =
+            redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        let e = Error::from_redis("lock \"a\"", io);
+        assert_eq!(e.kind(), ErrorKind::Connection);
+        assert!(e.to_string().starts_with("lock \"a\": connection error"));
+        let t = redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
+        assert!(Error::from_redis("x", t).is_timeout());
+    }
+}

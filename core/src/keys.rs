@@ -1,0 +1,209 @@
+//! The Redis key layout (DESIGN §3).
+//!
+//! Main keys are the legacy ones: `Lock:<name>` (string) and `Queue:<name>`
+//! (sorted set), with configurable prefixes. Every auxiliary key of a lock or a
+//! queue starts with a hash tag `{t}` chosen so that it lands in the same Redis
+//! Cluster slot as the main key, whatever the name contains (braces included):
+//! multi-key scripts then always run in one slot.
+//!
+//! ```text
+//! Lock:<name>                   string  owner token, PX ttl           (legacy layout)
+//! {t}Lock:<name>:fence          string  last fencing token issued
+//! {t}Lock:<name>:waiters        zset    waiter id -> arrival (µs)      FIFO order
+//! {t}Lock:<name>:leases         zset    waiter id -> lease deadline    dead-waiter pruning
+//! {t}Lock:<name>:wake:<waiter>  channel pub/sub wake-up of one waiter
+//! Queue:<name>                  zset    task id -> due time (unix s)   (legacy layout)
+//! Lock:Queue:<name>             string  legacy queue lock, only read   (legacy layout)
+//! {t}Queue:<name>:inflight      zset    task id -> visibility deadline
+//! {t}Queue:<name>:receipts      hash    task id -> "<receipt>|<score>"
+//! {t}Queue:<name>:waiters       zset    consumers waiting for work
+//! {t}Queue:<name>:leases        zset    their lease deadlines
+//! ```
+
+use std::sync::OnceLock;
+
+/// Number of hash slots in Redis Cluster.
+const SLOTS: usize = 16384;
+
+/// The Redis Cluster slot of `key`, honouring `{hash tags}`.
+pub fn slot_of(key: &[u8]) -> u16 {
+    let hashed = match key.iter().position(|&b| b == b'{') {
+        Some(open) => match key[open + 1..].iter().position(|&b| b == b'}') {
+            Some(len) if len > 0 => &key[open + 1..open + 1 + len],
+            _ => key,
+        },
+        None => key,
+    };
+    crc16::State::<crc16::XMODEM>::calculate(hashed) % SLOTS as u16
+}
+
+/// A short string whose slot is `slot`, for every slot (computed once, ~5 ms).
+fn tag_for_slot(slot: u16) -> &'static str {
+    static TABLE: OnceLock<Vec<String>> = OnceLock::new();
+    let table = TABLE.get_or_init(|| {
+        const ALPHABET: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+        let mut table = vec![String::new(); SLOTS];
+        let mut missing = SLOTS;
+        let mut len = 1;
+        while missing > 0 {
+            let mut idx = vec![0usize; len];
+            'candidates: loop {
+                let candidate: Vec<u8> = idx.iter().map(|&i| ALPHABET[i]).collect();
+                let s = crc16::State::<crc16::XMODEM>::calculate(&candidate) as usize % SLOTS;
+                if table[s].is_empty() {
+                    table[s] = String::from_utf8_lossy(&candidate).into_owned();
+                    missing -= 1;
+                }
+                // next candidate of this length (odometer)
+                for pos in (0..len).rev() {
+                    idx[pos] += 1;
+                    if idx[pos] < ALPHABET.len() {
+                        continue 'candidates;
+                    }
+                    idx[pos] = 0;
+                }
+                break;
+            }
+            len += 1;
+        }
+        table
+    });
+    &table[slot as usize]
+}
+
+/// `{t}` + `main` + `:` : the prefix of every auxiliary key of `main`.
+fn aux_prefix(main: &[u8]) -> Vec<u8> {
+    let tag = tag_for_slot(slot_of(main));
+    let mut out = Vec::with_capacity(main.len() + tag.len() + 3);
+    out.push(b'{');
+    out.extend_from_slice(tag.as_bytes());
+    out.push(b'}');
+    out.extend_from_slice(main);
+    out.push(b':');
+    out
+}
+
+fn join(a: &[u8], b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    out.extend_from_slice(a);
+    out.extend_from_slice(b);
+    out
+}
+
+/// The keys of one lock.
+#[derive(Debug, Clone)]
+pub(crate) struct LockKeys {
+    /// `Lock:<name>`: the owner token.
+    pub lock: Vec<u8>,
+    /// Last fencing token issued.
+    pub fence: Vec<u8>,
+    /// Waiters in arrival order.
+    pub waiters: Vec<u8>,
+    /// Waiter lease deadlines.
+    pub leases: Vec<u8>,
+    /// Prefix of the per-waiter wake-up channels.
+    pub channel: Vec<u8>,
+}
+
+impl LockKeys {
+    pub fn new(prefix: &[u8], name: &[u8]) -> Self {
+        let lock = join(prefix, name);
+        let aux = aux_prefix(&lock);
+        Self {
+            fence: join(&aux, b"fence"),
+            waiters: join(&aux, b"waiters"),
+            leases: join(&aux, b"leases"),
+            channel: join(&aux, b"wake:"),
+            lock,
+        }
+    }
+}
+
+/// The keys of one queue.
+#[derive(Debug, Clone)]
+pub(crate) struct QueueKeys {
+    /// `Queue:<name>`: waiting tasks, score = due time.
+    pub queue: Vec<u8>,
+    /// `Lock:Queue:<name>`: the lock legacy PHP takes around queue operations.
+    pub legacy_lock: Vec<u8>,
+    /// Reserved tasks, score = visibility deadline.
+    pub inflight: Vec<u8>,
+    /// Receipt and original score of each reserved task.
+    pub receipts: Vec<u8>,
+    /// Consumers waiting for work.
+    pub waiters: Vec<u8>,
+    /// Their lease deadlines.
+    pub leases: Vec<u8>,
+    /// Prefix of the per-consumer wake-up channels.
+    pub channel: Vec<u8>,
+}
+
+impl QueueKeys {
+    pub fn new(prefix: &[u8], lock_prefix: &[u8], name: &[u8]) -> Self {
+        let queue = join(prefix, name);
+        let aux = aux_prefix(&queue);
+        let mut legacy_lock = join(lock_prefix, prefix);
+        legacy_lock.extend_from_slice(name);
+        Self {
+            legacy_lock,
+            inflight: join(&aux, b"inflight"),
+            receipts: join(&aux, b"receipts"),
+            waiters: join(&aux, b"waiters"),
+            leases: join(&aux, b"leases"),
+            channel: join(&aux, b"wake:"),
+            queue,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slot_matches_redis_reference_values() {
+        // Values from the Redis Cluster specification / CLUSTER KEYSLOT.
+        assert_eq!(slot_of(b"123456789"), 0x31C3);
+        assert_eq!(slot_of(b"foo"), 12182);
+        assert_eq!(slot_of(b"{user1000}.following"), slot_of(b"user1000"));
+        assert_eq!(slot_of(b"foo{}{bar}"), slot_of(b"foo{}{bar}"));
+        assert_eq!(slot_of(b"foo{{bar}}zap"), slot_of(b"{bar"));
+    }
+
+    #[test]
+    fn every_slot_has_a_tag() {
+        for slot in 0..SLOTS as u16 {
+            let tag = tag_for_slot(slot);
+            assert!(!tag.is_empty() && tag.len() <= 4);
+            assert_eq!(slot_of(tag.as_bytes()), slot);
+        }
+    }
+
+    #[test]
+    fn aux_keys_share_the_slot_of_the_main_key() {
+        for name in [
+            &b"orders"[..],
+            b"a{b}c",
+            b"{",
+            b"}",
+            b"{}",
+            b"}{x}",
+            b"\xff\x00",
+            b"0",
+        ] {
+            let k = LockKeys::new(b"Lock:", name);
+            let s = slot_of(&k.lock);
+            for aux in [&k.fence, &k.waiters, &k.leases] {
+                assert_eq!(slot_of(aux), s, "{:?}", String::from_utf8_lossy(aux));
+            }
+            let q = QueueKeys::new(b"Queue:", b"Lock:", name);
+            let s = slot_of(&q.queue);
+            for aux in [&q.inflight, &q.receipts, &q.waiters, &q.leases] {
+                assert_eq!(slot_of(aux), s);
+            }
+        }
+        let q = QueueKeys::new(b"Queue:", b"Lock:", b"jobs");
+        assert_eq!(q.queue, b"Queue:jobs");
+        assert_eq!(q.legacy_lock, b"Lock:Queue:jobs");
+    }
+}

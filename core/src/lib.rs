@@ -1,0 +1,60 @@
+//! # ferrolock
+//!
+//! Distributed locks and a task queue on Redis — the shared core of the
+//! `ferrolock` Python package and the PHP extension. All semantics live here;
+//! the bindings only convert arguments and map errors.
+//!
+//! ```no_run
+//! use ferrolock::{Client, Lock, LockOptions, Queue, QueueOptions, Wait};
+//! use std::time::Duration;
+//!
+//! let client = Client::shared("redis://127.0.0.1:6379/0")?;
+//! let lock = Lock::new(&client, b"orders", LockOptions::default())?;
+//! if lock.acquire(Wait::For(Duration::from_secs(5)), None)? {
+//!     // … critical section; pass lock.fencing_token() to your storage …
+//!     lock.release()?;
+//! }
+//! let queue = Queue::new(&client, b"mails", QueueOptions::default())?;
+//! queue.enqueue(&[b"42".as_slice()], 0.0, None)?;
+//! for task in queue.pop(10, Wait::Try, None)? {
+//!     println!("{} due at {}", String::from_utf8_lossy(&task.id), task.score);
+//! }
+//! # Ok::<(), ferrolock::Error>(())
+//! ```
+//!
+//! Redis layout: see [`keys`]. Waiting: see [`wait`]. Renewal: see the
+//! `watchdog` module documentation.
+#![warn(missing_docs)]
+
+mod client;
+mod config;
+mod error;
+pub mod keys;
+mod lock;
+mod queue;
+mod redlock;
+mod scripts;
+pub mod validate;
+pub mod wait;
+mod watchdog;
+
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+
+pub use client::Client;
+pub use config::{
+    Config, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_URL, default_url,
+};
+pub use error::{Error, ErrorKind, Result};
+pub use lock::{DEFAULT_LOCK_PREFIX, DEFAULT_TTL, Lock, LockOptions};
+pub use queue::{
+    DEFAULT_LEGACY_LOCK_TIMEOUT, DEFAULT_QUEUE_PREFIX, DEFAULT_VISIBILITY, Queue, QueueOptions,
+    Task,
+};
+pub use redlock::Redlock;
+pub use wait::Wait;
+
+/// A fresh random token: UUID v4 (122 random bits from the OS RNG), 32 hex digits.
+pub fn new_token() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}

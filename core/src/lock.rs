@@ -1,0 +1,465 @@
+//! The distributed lock.
+//!
+//! The owner is the [`Lock`] object (its current token), not a thread: one
+//! object may be acquired in one thread and released in another, and PHP's
+//! `RedisLock` keeps one per name. Every acquisition gets a fresh random token
+//! (UUID v4 from the OS RNG), so a stale release can never free a later hold.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::client::{Client, lock};
+use crate::error::{Error, ErrorKind, Result};
+use crate::keys::LockKeys;
+use crate::scripts::{LOCK_ACQUIRE, LOCK_EXTEND, LOCK_LEAVE, LOCK_RELEASE};
+use crate::validate;
+use crate::wait::{self, Attempt, Interrupt, Wait, WaitSpec};
+use crate::watchdog::{self, Lease};
+
+/// Default lock TTL.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+
+/// Default key prefix of locks (the legacy one).
+pub const DEFAULT_LOCK_PREFIX: &str = "Lock:";
+
+/// Settings of a [`Lock`]. Start from `LockOptions::default()` and set fields.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct LockOptions {
+    /// Time to live of the key; the lock frees itself this long after the last
+    /// acquire/extend/renewal if its owner vanishes.
+    pub ttl: Duration,
+    /// Key prefix (`Lock:` shares locks with legacy PHP code).
+    pub prefix: Vec<u8>,
+    /// Grant waiters in arrival order instead of letting newcomers barge in.
+    pub fair: bool,
+    /// Nested acquires by the same object count up; Redis is only touched by
+    /// the first acquire and the last release.
+    pub reentrant: bool,
+    /// Renew the TTL every ttl/3 from the background watchdog while held.
+    pub auto_renew: bool,
+    /// Longest pause between two re-checks while waiting (wake-ups normally
+    /// come much sooner, by notification).
+    pub recheck: Duration,
+    /// Confirm each acquire on this many replicas (`WAIT`) before reporting
+    /// success; 0 disables. See the README's deployment notes.
+    pub min_replicas: u32,
+}
+
+impl Default for LockOptions {
+    fn default() -> Self {
+        Self {
+            ttl: DEFAULT_TTL,
+            prefix: DEFAULT_LOCK_PREFIX.as_bytes().to_vec(),
+            fair: false,
+            reentrant: false,
+            auto_renew: false,
+            recheck: wait::DEFAULT_RECHECK,
+            min_replicas: 0,
+        }
+    }
+}
+
+/// A distributed lock on one name.
+pub struct Lock {
+    client: Client,
+    keys: LockKeys,
+    name: Vec<u8>,
+    label: String,
+    opts: LockOptions,
+    state: Mutex<State>,
+}
+
+impl std::fmt::Debug for Lock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lock").field("name", &self.label).finish()
+    }
+}
+
+#[derive(Default)]
+struct State {
+    held: Option<Held>,
+    /// Set when a release/extend found the lock gone while we believed we held it.
+    lost: bool,
+}
+
+struct Held {
+    token: String,
+    fence: i64,
+    pid: u32,
+    depth: u32,
+    lease: Option<Arc<Lease>>,
+}
+
+impl State {
+    /// The hold of this process (a forked child does not own its parent's locks).
+    fn held_here(&mut self) -> Option<&mut Held> {
+        let pid = std::process::id();
+        self.held.as_mut().filter(|h| h.pid == pid)
+    }
+}
+
+/// Outcome of one acquire attempt.
+enum Tried {
+    Acquired(i64),
+    /// Held by another owner: its remaining TTL if known, else wait for a turn.
+    Busy(Option<Duration>),
+}
+
+/// `lock "name"` (or `queue "name"`), shortened for messages.
+pub(crate) fn label(kind: &str, name: &[u8]) -> String {
+    let text = String::from_utf8_lossy(name);
+    let mut shown: String = text.chars().take(64).collect();
+    if shown.len() < text.len() {
+        shown.push('…');
+    }
+    format!("{kind} {shown:?}")
+}
+
+impl Lock {
+    /// A lock on `name` (any bytes, 1 to 4096 of them). Nothing is sent to
+    /// Redis until the first operation.
+    pub fn new(client: &Client, name: &[u8], opts: LockOptions) -> Result<Self> {
+        validate::name(name, "lock name")?;
+        if opts.ttl < Duration::from_millis(1) || opts.ttl.as_secs_f64() > validate::MAX_SECONDS {
+            return Err(Error::invalid(format!(
+                "ttl must be between 0.001 s and ten years, got {:?}",
+                opts.ttl
+            )));
+        }
+        if opts.recheck.is_zero() {
+            return Err(Error::invalid("recheck interval must be > 0"));
+        }
+        Ok(Self {
+            client: client.clone(),
+            keys: LockKeys::new(&opts.prefix, name),
+            label: label("lock", name),
+            name: name.to_vec(),
+            opts,
+            state: Mutex::new(State::default()),
+        })
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &[u8] {
+        &self.name
+    }
+
+    /// The Redis key holding the owner token.
+    pub fn key(&self) -> &[u8] {
+        &self.keys.lock
+    }
+
+    /// The options this lock was created with.
+    pub fn options(&self) -> &LockOptions {
+        &self.opts
+    }
+
+    /// Takes the lock, waiting as `wait` allows. Returns `Ok(false)` when the
+    /// wait ran out. `interrupt` is consulted every 50 ms while waiting.
+    pub fn acquire(&self, wait: Wait, interrupt: Option<Interrupt<'_>>) -> Result<bool> {
+        if self.opts.reentrant
+            && let Some(h) = lock(&self.state).held_here()
+        {
+            h.depth += 1;
+            return Ok(true);
+        }
+        let token = crate::new_token();
+        let fence = match self.attempt(&token, "")? {
+            Tried::Acquired(f) => Some(f),
+            Tried::Busy(_) if wait == Wait::Try => None,
+            Tried::Busy(_) => {
+                let recheck = self.opts.recheck;
+                let lease_ms = validate::millis(wait::lease_for(recheck));
+                let spec = WaitSpec {
+                    deadline: wait.deadline(),
+                    recheck,
+                    interrupt,
+                };
+                wait::wait_loop(
+                    &self.client,
+                    &self.keys.lock,
+                    &self.keys.channel,
+                    spec,
+                    |waiter| {
+                        Ok(match self.attempt_as(&token, waiter, lease_ms)? {
+                            Tried::Acquired(f) => Attempt::Done(f),
+                            Tried::Busy(hint) => Attempt::Retry(hint),
+                        })
+                    },
+                    |waiter| self.leave(waiter),
+                )
+                .map_err(|e| {
+                    if e.is_interrupted() {
+                        wait::interrupted(&self.label)
+                    } else {
+                        e
+                    }
+                })?
+            }
+        };
+        let Some(fence) = fence else {
+            return Ok(false);
+        };
+        if self.opts.min_replicas > 0 {
+            self.confirm_replicas(&token)?;
+        }
+        let lease = self.opts.auto_renew.then(|| {
+            let lease = Lease::new(
+                self.client.clone(),
+                self.keys.lock.clone(),
+                token.clone(),
+                self.opts.ttl,
+            );
+            watchdog::register(lease.clone());
+            lease
+        });
+        let mut st = lock(&self.state);
+        if let Some(old) = st.held.take().and_then(|h| h.lease) {
+            watchdog::unregister(&old);
+        }
+        st.held = Some(Held {
+            token,
+            fence,
+            pid: std::process::id(),
+            depth: 1,
+            lease,
+        });
+        st.lost = false;
+        Ok(true)
+    }
+
+    /// One attempt without waiting; `Ok(true)` when taken.
+    pub fn try_acquire(&self) -> Result<bool> {
+        self.acquire(Wait::Try, None)
+    }
+
+    fn attempt(&self, token: &str, waiter: &str) -> Result<Tried> {
+        let lease_ms = validate::millis(wait::lease_for(self.opts.recheck));
+        self.attempt_as(token, waiter, lease_ms)
+    }
+
+    fn attempt_as(&self, token: &str, waiter: &str, lease_ms: u64) -> Result<Tried> {
+        let k = &self.keys;
+        let call = LOCK_ACQUIRE
+            .call(&[&k.lock, &k.fence, &k.waiters, &k.leases])
+            .arg(token)
+            .arg(validate::millis(self.opts.ttl))
+            .arg(waiter)
+            .arg(if self.opts.fair { "1" } else { "0" })
+            .arg(lease_ms)
+            .arg(&k.channel);
+        let (taken, value): (i64, i64) = self.client.run(&self.label, |c| call.query(c.like()))?;
+        Ok(match (taken, value) {
+            (1, fence) => Tried::Acquired(fence),
+            (_, pttl) if pttl > 0 => Tried::Busy(Some(Duration::from_millis(pttl as u64 + 1))),
+            _ => Tried::Busy(None),
+        })
+    }
+
+    fn leave(&self, waiter: &str) -> Result<()> {
+        let k = &self.keys;
+        let call = LOCK_LEAVE
+            .call(&[&k.lock, &k.waiters, &k.leases])
+            .arg(waiter)
+            .arg(&k.channel);
+        self.client
+            .run(&self.label, |c| call.query::<i64>(c.like()).map(drop))
+    }
+
+    /// `WAIT min_replicas`: undo the acquire if too few replicas confirm it.
+    fn confirm_replicas(&self, token: &str) -> Result<()> {
+        let want = self.opts.min_replicas;
+        let timeout_ms = validate::millis(self.client.config().command_timeout());
+        let got: i64 = self.client.run(&self.label, |c| {
+            redis::cmd("WAIT").arg(want).arg(timeout_ms).query(c.like())
+        })?;
+        if got >= i64::from(want) {
+            return Ok(());
+        }
+        let _ = self.release_token(token);
+        Err(Error::new(
+            ErrorKind::Quorum,
+            format!(
+                "{}: only {got} of the {want} required replicas confirmed the acquire within {timeout_ms} ms; released it",
+                self.label
+            ),
+        ))
+    }
+
+    fn release_token(&self, token: &str) -> Result<bool> {
+        let k = &self.keys;
+        let call = LOCK_RELEASE
+            .call(&[&k.lock, &k.waiters, &k.leases])
+            .arg(token)
+            .arg(&k.channel);
+        let released: i64 = self.client.run(&self.label, |c| call.query(c.like()))?;
+        Ok(released == 1)
+    }
+
+    /// Releases the lock. Fails with [`ErrorKind::NotOwned`] when this object
+    /// does not hold it (never acquired, expired, taken over, or acquired by
+    /// the parent of this forked process). A reentrant lock is released in
+    /// Redis by the last of its nested releases.
+    pub fn release(&self) -> Result<()> {
+        let held = {
+            let mut st = lock(&self.state);
+            match st.held_here() {
+                None => return Err(self.not_held(&st)),
+                Some(h) if h.depth > 1 => {
+                    h.depth -= 1;
+                    return Ok(());
+                }
+                Some(_) => st.held.take(),
+            }
+        };
+        let Some(held) = held else {
+            return Err(self.not_owned("it is not held"));
+        };
+        match self.release_token(&held.token) {
+            Ok(released) => {
+                if let Some(lease) = &held.lease {
+                    watchdog::unregister(lease);
+                }
+                if released {
+                    Ok(())
+                } else {
+                    lock(&self.state).lost = true;
+                    Err(self.not_owned("it expired or another owner took it before the release"))
+                }
+            }
+            Err(e) => {
+                // Unknown outcome: keep believing we hold it, so a retry can release.
+                let mut st = lock(&self.state);
+                if st.held.is_none() {
+                    st.held = Some(held);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Sets the remaining TTL of a held lock to `ttl` (default: the lock's ttl).
+    pub fn extend(&self, ttl: Option<Duration>) -> Result<()> {
+        let ttl = ttl.unwrap_or(self.opts.ttl);
+        if ttl < Duration::from_millis(1) || ttl.as_secs_f64() > validate::MAX_SECONDS {
+            return Err(Error::invalid(format!(
+                "ttl must be between 0.001 s and ten years, got {ttl:?}"
+            )));
+        }
+        let (token, lease) = {
+            let mut st = lock(&self.state);
+            match st.held_here() {
+                Some(h) => (h.token.clone(), h.lease.clone()),
+                None => return Err(self.not_held(&st)),
+            }
+        };
+        let call = LOCK_EXTEND
+            .call(&[&self.keys.lock])
+            .arg(&token)
+            .arg(validate::millis(ttl));
+        let extended: i64 = self.client.run(&self.label, |c| call.query(c.like()))?;
+        if extended == 1 {
+            if let Some(lease) = lease {
+                lease.set_ttl(ttl);
+            }
+            Ok(())
+        } else {
+            lock(&self.state).lost = true;
+            Err(self.not_owned("it expired or another owner took it"))
+        }
+    }
+
+    /// True when anyone holds the lock (checked in Redis).
+    pub fn locked(&self) -> Result<bool> {
+        let exists: bool = self.client.run(&self.label, |c| {
+            redis::cmd("EXISTS").arg(&self.keys.lock).query(c.like())
+        })?;
+        Ok(exists)
+    }
+
+    /// True when this object holds the lock (checked in Redis).
+    pub fn owned(&self) -> Result<bool> {
+        let Some(token) = self.token() else {
+            return Ok(false);
+        };
+        let current: Option<Vec<u8>> = self.client.run(&self.label, |c| {
+            redis::cmd("GET").arg(&self.keys.lock).query(c.like())
+        })?;
+        Ok(current.as_deref() == Some(token.as_bytes()))
+    }
+
+    /// Remaining TTL of the key, whoever holds it (`None`: not held, or no TTL).
+    pub fn remaining(&self) -> Result<Option<Duration>> {
+        let pttl: i64 = self.client.run(&self.label, |c| {
+            redis::cmd("PTTL").arg(&self.keys.lock).query(c.like())
+        })?;
+        Ok((pttl >= 0).then(|| Duration::from_millis(pttl as u64)))
+    }
+
+    /// The token of the current hold, if this object believes it holds the lock.
+    pub fn token(&self) -> Option<String> {
+        lock(&self.state).held_here().map(|h| h.token.clone())
+    }
+
+    /// The fencing token of the current hold: strictly increasing per name
+    /// across all holders. Pass it to the storage you protect.
+    pub fn fencing_token(&self) -> Option<i64> {
+        lock(&self.state).held_here().map(|h| h.fence)
+    }
+
+    /// Nesting depth of a reentrant hold (0 when not held).
+    pub fn depth(&self) -> u32 {
+        lock(&self.state).held_here().map_or(0, |h| h.depth)
+    }
+
+    /// True once the lock was lost while held: the watchdog found it gone or
+    /// could not renew it in time, or a release/extend found it taken.
+    pub fn lost(&self) -> bool {
+        let mut st = lock(&self.state);
+        st.lost
+            || st
+                .held_here()
+                .and_then(|h| h.lease.as_ref())
+                .is_some_and(|l| l.is_lost())
+    }
+
+    /// Forgets a hold without touching Redis (the key expires by its TTL).
+    /// Used when the owner goes away without releasing (PHP objects that
+    /// legacy code never unlocked keep their key until it expires).
+    pub fn forget(&self) {
+        if let Some(lease) = lock(&self.state).held.take().and_then(|h| h.lease) {
+            watchdog::unregister(&lease);
+        }
+    }
+
+    fn not_held(&self, st: &State) -> Error {
+        match &st.held {
+            Some(h) => self.not_owned(&format!(
+                "it was acquired by process {} before this process forked from it",
+                h.pid
+            )),
+            None => self.not_owned("this object does not hold it"),
+        }
+    }
+
+    fn not_owned(&self, why: &str) -> Error {
+        Error::new(
+            ErrorKind::NotOwned,
+            format!("{}: not owned: {why}", self.label),
+        )
+    }
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        // Stop renewing; the key itself expires by its TTL (we never block in Drop).
+        self.forget();
+    }
+}
+
+// Bindings share one Lock between threads.
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<Lock>();
+};

@@ -1,0 +1,335 @@
+//! Redlock: one lock over N independent Redis masters.
+//!
+//! Each attempt sends the same acquire script (same token) to every master in
+//! parallel. It succeeds when at least N/2+1 masters said yes *and* the
+//! validity left — `ttl − elapsed (monotonic) − drift`, where drift is 1 % of
+//! the ttl plus 2 ms — is positive. Otherwise every master is released. A
+//! master that errors or does not answer counts as a no. Extend re-checks the
+//! quorum and the validity the same way.
+//!
+//! Waiting between attempts is a randomised pause (at most 50 ms, less when a
+//! holder's TTL ends sooner): the masters are independent, so there is no
+//! single place a release could notify from.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::client::{Client, lock};
+use crate::error::{Error, ErrorKind, Result};
+use crate::keys::LockKeys;
+use crate::lock::label;
+use crate::scripts::{LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE};
+use crate::validate;
+use crate::wait::{self, Interrupt, Wait};
+
+/// Longest pause between two Redlock attempts.
+const RETRY_MAX: Duration = Duration::from_millis(50);
+
+/// A lock held on a majority of independent Redis masters.
+pub struct Redlock {
+    clients: Vec<Client>,
+    keys: LockKeys,
+    label: String,
+    ttl: Duration,
+    state: Mutex<Option<Held>>,
+    lost: AtomicBool,
+}
+
+struct Held {
+    token: String,
+    fence: i64,
+    pid: u32,
+    valid_until: Instant,
+}
+
+impl std::fmt::Debug for Redlock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Redlock")
+            .field("name", &self.label)
+            .field("masters", &self.clients.len())
+            .finish()
+    }
+}
+
+impl Redlock {
+    /// A Redlock on `name` over `clients` (independent masters; 3 or 5 usual).
+    pub fn new(clients: Vec<Client>, name: &[u8], ttl: Duration, prefix: &[u8]) -> Result<Self> {
+        validate::name(name, "lock name")?;
+        if clients.is_empty() {
+            return Err(Error::invalid("Redlock needs at least one Redis URL"));
+        }
+        if ttl < Duration::from_millis(1) || ttl.as_secs_f64() > validate::MAX_SECONDS {
+            return Err(Error::invalid(format!(
+                "ttl must be between 0.001 s and ten years, got {ttl:?}"
+            )));
+        }
+        Ok(Self {
+            keys: LockKeys::new(prefix, name),
+            label: label("redlock", name),
+            clients,
+            ttl,
+            state: Mutex::new(None),
+            lost: AtomicBool::new(false),
+        })
+    }
+
+    /// Votes needed: N/2 + 1.
+    pub fn quorum(&self) -> usize {
+        self.clients.len() / 2 + 1
+    }
+
+    /// Runs `op` on every master in parallel; one result per master, in order.
+    fn on_all<T: Send>(&self, op: impl Fn(&Client) -> Result<T> + Sync) -> Vec<Result<T>> {
+        if self.clients.len() == 1 {
+            return vec![op(&self.clients[0])];
+        }
+        std::thread::scope(|s| {
+            let handles: Vec<_> = self.clients.iter().map(|c| s.spawn(|| op(c))).collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(Error::new(
+                            ErrorKind::Redis,
+                            "redlock worker thread panicked",
+                        ))
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn drift(&self) -> Duration {
+        self.ttl / 100 + Duration::from_millis(2)
+    }
+
+    /// Takes the lock on a quorum of masters, waiting as `wait` allows.
+    pub fn acquire(&self, wait: Wait, interrupt: Option<Interrupt<'_>>) -> Result<bool> {
+        let deadline = wait.deadline();
+        loop {
+            let token = crate::new_token();
+            let start = Instant::now();
+            let k = &self.keys;
+            let replies = self.on_all(|c| {
+                let call = LOCK_ACQUIRE
+                    .call(&[&k.lock, &k.fence, &k.waiters, &k.leases])
+                    .arg(&token)
+                    .arg(validate::millis(self.ttl))
+                    .arg("")
+                    .arg("0")
+                    .arg(1000)
+                    .arg(&k.channel);
+                c.run(&self.label, |conn| call.query::<(i64, i64)>(conn.like()))
+            });
+            let elapsed = start.elapsed();
+            let granted: Vec<i64> = replies
+                .iter()
+                .filter_map(|r| r.as_ref().ok())
+                .filter(|(taken, _)| *taken == 1)
+                .map(|(_, fence)| *fence)
+                .collect();
+            let validity = self.ttl.checked_sub(elapsed + self.drift());
+            if granted.len() >= self.quorum()
+                && let Some(validity) = validity.filter(|v| !v.is_zero())
+            {
+                *lock(&self.state) = Some(Held {
+                    token,
+                    fence: granted.iter().copied().max().unwrap_or(0),
+                    pid: std::process::id(),
+                    valid_until: start + validity,
+                });
+                self.lost.store(false, Ordering::Release);
+                return Ok(true);
+            }
+            if !granted.is_empty() {
+                self.release_everywhere(&token);
+            }
+            // Pause: random up to RETRY_MAX, no longer than the shortest holder TTL.
+            let shortest = replies
+                .iter()
+                .filter_map(|r| r.as_ref().ok())
+                .filter(|(taken, pttl)| *taken == 0 && *pttl > 0)
+                .map(|(_, pttl)| Duration::from_millis(*pttl as u64 + 1))
+                .min();
+            let mut pause = jitter(RETRY_MAX);
+            if let Some(s) = shortest {
+                pause = pause.min(s);
+            }
+            match (wait, deadline) {
+                (Wait::Try, _) => return Ok(false),
+                (_, Some(d)) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Ok(false);
+                    }
+                    pause = pause.min(left);
+                }
+                _ => {}
+            }
+            wait::pause(pause, interrupt).map_err(|_| wait::interrupted(&self.label))?;
+        }
+    }
+
+    fn release_everywhere(&self, token: &str) -> usize {
+        let k = &self.keys;
+        self.on_all(|c| {
+            let call = LOCK_RELEASE
+                .call(&[&k.lock, &k.waiters, &k.leases])
+                .arg(token)
+                .arg(&k.channel);
+            c.run(&self.label, |conn| call.query::<i64>(conn.like()))
+        })
+        .into_iter()
+        .filter(|r| matches!(r, Ok(1)))
+        .count()
+    }
+
+    fn held_token(&self) -> Option<String> {
+        lock(&self.state)
+            .as_ref()
+            .filter(|h| h.pid == std::process::id())
+            .map(|h| h.token.clone())
+    }
+
+    /// Releases the lock on every master. Fails with NotOwned when this object
+    /// does not hold it or fewer than a quorum of masters still had it.
+    pub fn release(&self) -> Result<()> {
+        let Some(token) = self.held_token() else {
+            return Err(self.not_owned("this object does not hold it"));
+        };
+        let released = self.release_everywhere(&token);
+        *lock(&self.state) = None;
+        if released >= self.quorum() {
+            Ok(())
+        } else {
+            self.lost.store(true, Ordering::Release);
+            Err(self.not_owned(&format!(
+                "only {released} of {} masters still held it (quorum {})",
+                self.clients.len(),
+                self.quorum()
+            )))
+        }
+    }
+
+    /// Sets the TTL on every master to `ttl` (default: the lock's ttl); needs a
+    /// quorum and positive validity, else the lock is released and reported lost.
+    pub fn extend(&self, ttl: Option<Duration>) -> Result<()> {
+        let ttl = ttl.unwrap_or(self.ttl);
+        if ttl < Duration::from_millis(1) || ttl.as_secs_f64() > validate::MAX_SECONDS {
+            return Err(Error::invalid(format!(
+                "ttl must be between 0.001 s and ten years, got {ttl:?}"
+            )));
+        }
+        let Some(token) = self.held_token() else {
+            return Err(self.not_owned("this object does not hold it"));
+        };
+        let start = Instant::now();
+        let k = &self.keys;
+        let ok = self
+            .on_all(|c| {
+                let call = LOCK_EXTEND
+                    .call(&[&k.lock])
+                    .arg(&token)
+                    .arg(validate::millis(ttl));
+                c.run(&self.label, |conn| call.query::<i64>(conn.like()))
+            })
+            .into_iter()
+            .filter(|r| matches!(r, Ok(1)))
+            .count();
+        let validity = ttl.checked_sub(start.elapsed() + ttl / 100 + Duration::from_millis(2));
+        match validity.filter(|v| !v.is_zero() && ok >= self.quorum()) {
+            Some(v) => {
+                if let Some(h) = lock(&self.state).as_mut() {
+                    h.valid_until = start + v;
+                }
+                Ok(())
+            }
+            None => {
+                self.release_everywhere(&token);
+                *lock(&self.state) = None;
+                self.lost.store(true, Ordering::Release);
+                Err(self.not_owned(&format!(
+                    "only {ok} of {} masters extended it (quorum {})",
+                    self.clients.len(),
+                    self.quorum()
+                )))
+            }
+        }
+    }
+
+    /// True when a quorum of masters has the key (anyone holds it).
+    pub fn locked(&self) -> Result<bool> {
+        let k = &self.keys;
+        let yes = self
+            .on_all(|c| {
+                c.run(&self.label, |conn| {
+                    redis::cmd("EXISTS").arg(&k.lock).query::<bool>(conn.like())
+                })
+            })
+            .into_iter()
+            .filter(|r| matches!(r, Ok(true)))
+            .count();
+        Ok(yes >= self.quorum())
+    }
+
+    /// True when this object holds the lock on a quorum and is within validity.
+    pub fn owned(&self) -> Result<bool> {
+        let Some(token) = self.held_token() else {
+            return Ok(false);
+        };
+        if self.lost() {
+            return Ok(false);
+        }
+        let k = &self.keys;
+        let yes = self
+            .on_all(|c| {
+                c.run(&self.label, |conn| {
+                    redis::cmd("GET")
+                        .arg(&k.lock)
+                        .query::<Option<Vec<u8>>>(conn.like())
+                })
+            })
+            .into_iter()
+            .filter(|r| matches!(r, Ok(Some(v)) if v == token.as_bytes()))
+            .count();
+        Ok(yes >= self.quorum())
+    }
+
+    /// The token of the current hold.
+    pub fn token(&self) -> Option<String> {
+        self.held_token()
+    }
+
+    /// The largest fencing token the quorum issued for this hold. Increasing
+    /// across holders as long as the masters' clocks agree within the TTL.
+    pub fn fencing_token(&self) -> Option<i64> {
+        lock(&self.state)
+            .as_ref()
+            .filter(|h| h.pid == std::process::id())
+            .map(|h| h.fence)
+    }
+
+    /// True when the hold was lost or its validity ran out without an extend.
+    pub fn lost(&self) -> bool {
+        if self.lost.load(Ordering::Acquire) {
+            return true;
+        }
+        lock(&self.state)
+            .as_ref()
+            .is_some_and(|h| h.pid == std::process::id() && Instant::now() >= h.valid_until)
+    }
+
+    fn not_owned(&self, why: &str) -> Error {
+        Error::new(
+            ErrorKind::NotOwned,
+            format!("{}: not owned: {why}", self.label),
+        )
+    }
+}
+
+/// A random duration in [max/10, max], from the token RNG.
+fn jitter(max: Duration) -> Duration {
+    let r = uuid::Uuid::new_v4().as_u128() as u64 % 1000;
+    max / 10 + (max * 9 / 10) * r as u32 / 1000
+}

@@ -1,0 +1,116 @@
+//! The Lua scripts (one file each under `scripts/`, the KEYS count in the file
+//! name) and how they are invoked: EVALSHA, with a SCRIPT LOAD and one retry
+//! when the server answers NOSCRIPT (after a restart, a failover, a flush).
+//!
+//! Every script is `prelude.lua` + its own body, so shared helpers (waiter
+//! bookkeeping, server time, reclaiming expired reservations) exist once.
+
+use std::sync::LazyLock;
+
+use redis::{Cmd, ConnectionLike, FromRedisValue, RedisResult, ToRedisArgs};
+
+use crate::client::Conn;
+
+/// One Lua script, hashed once.
+pub(crate) struct LuaScript {
+    script: redis::Script,
+}
+
+macro_rules! lua {
+    ($file:literal) => {
+        LazyLock::new(|| LuaScript {
+            script: redis::Script::new(concat!(
+                include_str!("scripts/prelude.lua"),
+                "\n",
+                include_str!(concat!("scripts/", $file))
+            )),
+        })
+    };
+}
+
+pub(crate) static LOCK_ACQUIRE: LazyLock<LuaScript> = lua!("lock_acquire-4.lua");
+pub(crate) static LOCK_RELEASE: LazyLock<LuaScript> = lua!("lock_release-3.lua");
+pub(crate) static LOCK_EXTEND: LazyLock<LuaScript> = lua!("lock_extend-1.lua");
+pub(crate) static LOCK_LEAVE: LazyLock<LuaScript> = lua!("lock_leave-3.lua");
+pub(crate) static QUEUE_ENQUEUE: LazyLock<LuaScript> = lua!("queue_enqueue-4.lua");
+pub(crate) static QUEUE_TAKE: LazyLock<LuaScript> = lua!("queue_take-6.lua");
+pub(crate) static QUEUE_TOP: LazyLock<LuaScript> = lua!("queue_top-1.lua");
+pub(crate) static QUEUE_DEQUEUE: LazyLock<LuaScript> = lua!("queue_dequeue-2.lua");
+pub(crate) static QUEUE_ACK: LazyLock<LuaScript> = lua!("queue_ack-2.lua");
+pub(crate) static QUEUE_NACK: LazyLock<LuaScript> = lua!("queue_nack-6.lua");
+pub(crate) static QUEUE_LEAVE: LazyLock<LuaScript> = lua!("queue_leave-4.lua");
+
+impl LuaScript {
+    /// Starts an EVALSHA call with `keys`; add arguments with [`Call::arg`].
+    pub(crate) fn call(&'static self, keys: &[&[u8]]) -> Call {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.script.get_hash()).arg(keys.len());
+        for k in keys {
+            cmd.arg(*k);
+        }
+        Call { script: self, cmd }
+    }
+}
+
+/// One prepared script invocation.
+pub(crate) struct Call {
+    script: &'static LuaScript,
+    cmd: Cmd,
+}
+
+impl Call {
+    /// Appends an argument (ARGV).
+    pub(crate) fn arg(mut self, a: impl ToRedisArgs) -> Self {
+        self.cmd.arg(a);
+        self
+    }
+
+    /// Runs the call, loading the script if the server does not know it.
+    pub(crate) fn query<T: FromRedisValue>(&self, con: &mut dyn ConnectionLike) -> RedisResult<T> {
+        match self.cmd.query(con) {
+            Err(e) if is_noscript(&e) => {
+                self.script.script.load(con)?;
+                self.cmd.query(con)
+            }
+            other => other,
+        }
+    }
+}
+
+fn is_noscript(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+}
+
+/// Runs many calls in one round trip (a pipeline; on a cluster, one pipeline
+/// per node), returning one reply per call, in order. A NOSCRIPT anywhere
+/// loads the scripts and runs the batch once more (the scripts are idempotent
+/// for the same arguments: the batch is of token-checked extends).
+pub(crate) fn query_batch(conn: &mut Conn, calls: &[Call]) -> RedisResult<Vec<redis::Value>> {
+    let run = |conn: &mut Conn| -> RedisResult<Vec<redis::Value>> {
+        match conn {
+            Conn::Single(c) => {
+                let mut pipe = redis::pipe();
+                for call in calls {
+                    pipe.add_command(call.cmd.clone());
+                }
+                pipe.query(c)
+            }
+            Conn::Cluster(c) => {
+                let mut pipe = redis::cluster::cluster_pipe();
+                for call in calls {
+                    pipe.add_command(call.cmd.clone());
+                }
+                pipe.query(c.as_mut())
+            }
+        }
+    };
+    match run(conn) {
+        Err(e) if is_noscript(&e) => {
+            for call in calls {
+                call.script.script.load(conn.like())?;
+            }
+            run(conn)
+        }
+        other => other,
+    }
+}

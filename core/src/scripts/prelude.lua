@@ -1,0 +1,124 @@
+-- Shared helpers, prepended to every ferrolock script (see core/src/scripts.rs).
+-- Times come from the server clock (TIME), so every client agrees on "now".
+
+-- Server time in microseconds (an integer, exact in a Lua double until 2255).
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- Server time in seconds, as the float unix time queue scores use.
+local function now_s()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) + tonumber(t[2]) / 1000000
+end
+
+-- A key without expiry where only expiring keys are expected is an orphan left
+-- by a legacy client that crashed between SETNX and EXPIRE. Legacy clients
+-- steal such keys; we only give them the expiry they should have had, so that
+-- they free themselves without ever letting two owners in.
+-- Returns the key's PTTL after healing (-2 when it does not exist).
+local function heal_orphan(key, ttl_ms)
+  local pttl = redis.call('PTTL', key)
+  if pttl == -1 then
+    redis.call('PEXPIRE', key, ttl_ms)
+    return ttl_ms
+  end
+  return pttl
+end
+
+-- Waiters: `waiters` orders them by arrival (score = µs), `leases` holds the
+-- deadline (ms) by which each must check in again. A waiter listens on its
+-- own channel `<channel><id>`, so a wake-up costs one PUBLISH to one
+-- subscriber, however many wait.
+
+-- Drops waiters whose lease ran out (their process stopped checking in).
+local function prune_waiters(waiters, leases, now_ms)
+  local dead = redis.call('ZRANGEBYSCORE', leases, '-inf', now_ms, 'LIMIT', 0, 64)
+  if #dead > 0 then
+    redis.call('ZREM', waiters, unpack(dead))
+    redis.call('ZREM', leases, unpack(dead))
+  end
+end
+
+-- Adds a waiter (keeping its first arrival time) and renews its lease.
+local function register_waiter(waiters, leases, id, now, lease_ms)
+  redis.call('ZADD', waiters, 'NX', now, id)
+  redis.call('ZADD', leases, math.floor(now / 1000) + lease_ms, id)
+  redis.call('PEXPIRE', waiters, lease_ms * 2)
+  redis.call('PEXPIRE', leases, lease_ms * 2)
+end
+
+local function remove_waiter(waiters, leases, id)
+  redis.call('ZREM', waiters, id)
+  redis.call('ZREM', leases, id)
+end
+
+-- Wakes up to `n` of the oldest waiters. PUBLISH answers how many clients
+-- heard it; 0 means that waiter's connection is gone (its process died), so
+-- it is dropped on the spot and the next one is tried.
+local function wake_waiters(waiters, leases, channel, n)
+  local woken, offset, budget = 0, 0, n + 16
+  while woken < n and budget > 0 do
+    budget = budget - 1
+    local id = redis.call('ZRANGE', waiters, offset, offset)[1]
+    if not id then break end
+    if redis.call('PUBLISH', channel .. id, '1') > 0 then
+      woken = woken + 1
+      offset = offset + 1
+    else
+      remove_waiter(waiters, leases, id)
+    end
+  end
+  return woken
+end
+
+-- The first waiter that is still listening (dead heads are dropped), or nil.
+local function live_head(waiters, leases, channel, me)
+  for _ = 1, 16 do
+    local head = redis.call('ZRANGE', waiters, 0, 0)[1]
+    if not head or head == me then return head end
+    if redis.call('PUBLISH', channel .. head, '1') > 0 then return head end
+    remove_waiter(waiters, leases, head)
+  end
+  return redis.call('ZRANGE', waiters, 0, 0)[1]
+end
+
+-- Legacy PHP clients hold `Lock:Queue:<name>` around their multi-step queue
+-- operations. Returns its PTTL when held (our caller then waits), nil when free.
+local function legacy_queue_lock(key, check)
+  if check ~= '1' then return nil end
+  local pttl = heal_orphan(key, 15000)
+  if pttl == -2 then return nil end
+  return pttl
+end
+
+-- Tasks whose consumer did not ack before the visibility deadline go back to
+-- the queue with their original score (unless the id was queued again).
+local function reclaim_expired(queue, inflight, receipts, now)
+  local expired = redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', 0, 256)
+  for _, id in ipairs(expired) do
+    local receipt = redis.call('HGET', receipts, id)
+    local score = now
+    if receipt then
+      local sep = string.find(receipt, '|', 1, true)
+      if sep then score = tonumber(string.sub(receipt, sep + 1)) or now end
+    end
+    redis.call('ZADD', queue, 'NX', score, id)
+    redis.call('ZREM', inflight, id)
+    redis.call('HDEL', receipts, id)
+  end
+  return #expired
+end
+
+-- The earliest time (unix s, as a string) at which work may appear without
+-- an enqueue: the next delayed task or the next visibility deadline. '' if none.
+local function next_work_at(queue, inflight)
+  local a = redis.call('ZRANGE', queue, 0, 0, 'WITHSCORES')[2]
+  local b = redis.call('ZRANGE', inflight, 0, 0, 'WITHSCORES')[2]
+  if a and b then
+    if tonumber(a) < tonumber(b) then return a end
+    return b
+  end
+  return a or b or ''
+end

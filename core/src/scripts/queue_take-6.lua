@@ -1,0 +1,42 @@
+-- Take due tasks: pop them (mode 'pop') or reserve one (mode 'reserve').
+-- Lowest score first, ties by id. Expired reservations are reclaimed first.
+-- KEYS: queue, legacy queue lock (or the queue), inflight, receipts, waiters, leases
+-- ARGV: mode, count, check_legacy, channel prefix, waiter_id ('' = do not register),
+--       lease_ms, visibility_ms (reserve), receipt (reserve)
+-- Returns {1, {id, score, ...}} for pop;
+--         {1, {id, score, receipt, deadline}} for reserve;
+--         {0, next_work_at, now} when nothing is due (the waiter is registered);
+--         {-1, pttl} while a legacy client holds the queue lock.
+local queue, inflight, receipts, waiters, leases = KEYS[1], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local mode, count, me, lease = ARGV[1], ARGV[2], ARGV[5], tonumber(ARGV[6])
+local busy = legacy_queue_lock(KEYS[2], ARGV[3])
+if busy then return {-1, busy} end
+local now = now_s()
+local reclaimed = reclaim_expired(queue, inflight, receipts, now)
+local has_waiters = redis.call('EXISTS', waiters) == 1
+if reclaimed > 0 and has_waiters then wake_waiters(waiters, leases, ARGV[4], reclaimed) end
+if mode == 'reserve' then count = 1 end
+local items = redis.call('ZRANGEBYSCORE', queue, '-inf', now, 'WITHSCORES', 'LIMIT', 0, count)
+if #items == 0 then
+  if me ~= '' then register_waiter(waiters, leases, me, math.floor(now * 1000000), lease) end
+  return {0, next_work_at(queue, inflight), tostring(now)}
+end
+if has_waiters and me ~= '' then remove_waiter(waiters, leases, me) end
+if mode == 'reserve' then
+  local id, score = items[1], items[2]
+  local deadline = now + tonumber(ARGV[7]) / 1000
+  redis.call('ZREM', queue, id)
+  redis.call('ZADD', inflight, deadline, id)
+  redis.call('HSET', receipts, id, ARGV[8] .. '|' .. score)
+  return {1, {id, score, ARGV[8], tostring(deadline)}}
+end
+local ids = {}
+for i = 1, #items, 2 do
+  ids[#ids + 1] = items[i]
+  if #ids >= 1000 then
+    redis.call('ZREM', queue, unpack(ids))
+    ids = {}
+  end
+end
+if #ids > 0 then redis.call('ZREM', queue, unpack(ids)) end
+return {1, items}

@@ -1,0 +1,137 @@
+//! Test support: throwaway `redis-server` processes on free loopback ports.
+//!
+//! Enabled for this crate's tests and, with the `testing` feature, for other
+//! crates. The server binary is `$REDIS_SERVER` or `redis-server` on `PATH`.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// A running `redis-server`, killed (and its directory removed) on drop.
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    dir: PathBuf,
+    args: Vec<String>,
+}
+
+/// A free TCP port on 127.0.0.1 (bound then released).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("no free loopback port")
+}
+
+/// A prefix unique to this process and call, so tests can share a server.
+pub fn unique_prefix(test: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "t{}-{}-{}:",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed),
+        test
+    )
+}
+
+impl RedisServer {
+    /// Starts a server with persistence off.
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Starts a server with extra `redis-server` arguments (`["--requirepass", "x"]`).
+    pub fn start_with(extra: &[&str]) -> Self {
+        let port = free_port();
+        let dir =
+            std::env::temp_dir().join(format!("ferrolock-redis-{}-{port}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        let mut server = Self {
+            child: None,
+            port,
+            dir,
+            args: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        server.spawn();
+        server
+    }
+
+    fn spawn(&mut self) {
+        let bin = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+        let port = self.port.to_string();
+        let mut cmd = Command::new(&bin);
+        cmd.args([
+            "--port",
+            &port,
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .arg("--dir")
+        .arg(&self.dir)
+        .args(&self.args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {bin}: {e} (install redis-server)"));
+        self.child = Some(child);
+        let until = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(
+                Instant::now() < until,
+                "redis-server did not start on port {}",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:<port>/0` plus `query` (e.g. `"?timeout=1"`).
+    pub fn url_with(&self, query: &str) -> String {
+        format!("redis://127.0.0.1:{}/0{query}", self.port)
+    }
+
+    /// `redis://127.0.0.1:<port>/0`.
+    pub fn url(&self) -> String {
+        self.url_with("")
+    }
+
+    /// Kills the server (the port stays reserved for [`RedisServer::restart`]).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it again on the same port (data is gone: persistence is off).
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+
+    /// A plain connection for assertions.
+    pub fn conn(&self) -> redis::Connection {
+        redis::Client::open(self.url())
+            .and_then(|c| c.get_connection())
+            .expect("connect to test redis-server")
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -1,0 +1,243 @@
+//! Automatic renewal of held locks: one background thread per process.
+//!
+//! Every held lock with `auto_renew` has a [`Lease`]. The thread wakes when the
+//! earliest lease is due (every ttl/3), renews *all* leases of one client that
+//! are due within the next short window in a single pipelined round trip, and
+//! marks a lease **lost** when Redis says the lock is no longer ours — or when
+//! no renewal succeeded for a whole TTL (Redis unreachable or stalled: by then
+//! the key has expired and someone else may hold it).
+//!
+//! The thread is started on first use and after a `fork()` in the child (a
+//! child inherits no threads); leases of the parent are forgotten there, the
+//! child does not own its parent's locks.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use crate::client::{Client, lock};
+use crate::scripts::{self, LOCK_EXTEND};
+
+/// Renewals due within this window of the earliest are batched with it.
+const BATCH_WINDOW: Duration = Duration::from_millis(50);
+
+/// Retry interval after a failed renewal round trip (capped by ttl/10).
+const RETRY_AFTER_ERROR: Duration = Duration::from_millis(200);
+
+/// One held lock the watchdog keeps alive.
+pub(crate) struct Lease {
+    client: Client,
+    key: Vec<u8>,
+    token: String,
+    ttl_ms: AtomicU64,
+    lost: AtomicBool,
+    active: AtomicBool,
+}
+
+impl Lease {
+    pub(crate) fn new(client: Client, key: Vec<u8>, token: String, ttl: Duration) -> Arc<Self> {
+        Arc::new(Self {
+            client,
+            key,
+            token,
+            ttl_ms: AtomicU64::new(crate::validate::millis(ttl)),
+            lost: AtomicBool::new(false),
+            active: AtomicBool::new(true),
+        })
+    }
+
+    /// True once a renewal found the lock gone (or could not renew it in time).
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::Acquire)
+    }
+
+    /// Renewals now use this TTL (after an explicit extend).
+    pub(crate) fn set_ttl(&self, ttl: Duration) {
+        self.ttl_ms
+            .store(crate::validate::millis(ttl), Ordering::Release);
+    }
+
+    fn ttl(&self) -> Duration {
+        Duration::from_millis(self.ttl_ms.load(Ordering::Acquire))
+    }
+}
+
+struct Entry {
+    lease: Arc<Lease>,
+    due: Instant,
+    last_ok: Instant,
+}
+
+struct State {
+    pid: u32,
+    entries: Vec<Entry>,
+    running: bool,
+}
+
+struct Watchdog {
+    state: Mutex<State>,
+    wake: Condvar,
+}
+
+fn watchdog() -> &'static Watchdog {
+    static W: OnceLock<Watchdog> = OnceLock::new();
+    W.get_or_init(|| Watchdog {
+        state: Mutex::new(State {
+            pid: std::process::id(),
+            entries: Vec::new(),
+            running: false,
+        }),
+        wake: Condvar::new(),
+    })
+}
+
+fn state() -> std::sync::MutexGuard<'static, State> {
+    let mut st = lock(&watchdog().state);
+    let pid = std::process::id();
+    if st.pid != pid {
+        // Forked child: the parent's leases and thread are not ours.
+        std::mem::forget(std::mem::take(&mut st.entries));
+        st.running = false;
+        st.pid = pid;
+    }
+    st
+}
+
+/// Starts keeping `lease` alive (first renewal after ttl/3).
+pub(crate) fn register(lease: Arc<Lease>) {
+    let now = Instant::now();
+    let mut st = state();
+    st.entries.push(Entry {
+        due: now + lease.ttl() / 3,
+        last_ok: now,
+        lease,
+    });
+    if !st.running {
+        st.running = true;
+        let spawned = std::thread::Builder::new()
+            .name("ferrolock-watchdog".into())
+            .spawn(run);
+        if spawned.is_err() {
+            st.running = false;
+        }
+    }
+    drop(st);
+    watchdog().wake.notify_all();
+}
+
+/// Stops renewing `lease` (the lock was released).
+pub(crate) fn unregister(lease: &Arc<Lease>) {
+    lease.active.store(false, Ordering::Release);
+    let mut st = state();
+    st.entries.retain(|e| !Arc::ptr_eq(&e.lease, lease));
+}
+
+fn run() {
+    let w = watchdog();
+    let pid = std::process::id();
+    let mut st = state();
+    loop {
+        if st.pid != pid {
+            return;
+        }
+        st.entries
+            .retain(|e| e.lease.active.load(Ordering::Acquire));
+        let Some(earliest) = st.entries.iter().map(|e| e.due).min() else {
+            // Nothing to renew: park until a lock registers.
+            st = w
+                .wake
+                .wait_timeout(st, Duration::from_secs(60))
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
+            continue;
+        };
+        let now = Instant::now();
+        if earliest > now {
+            st = w
+                .wake
+                .wait_timeout(st, earliest - now)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
+            continue;
+        }
+        // Everything due soon, grouped by client (one round trip each).
+        let horizon = now + BATCH_WINDOW;
+        let mut groups: HashMap<*const (), Vec<Arc<Lease>>> = HashMap::new();
+        for e in st.entries.iter().filter(|e| e.due <= horizon) {
+            groups
+                .entry(client_id(&e.lease.client))
+                .or_default()
+                .push(e.lease.clone());
+        }
+        drop(st);
+        let results: Vec<(Arc<Lease>, Option<bool>)> =
+            groups.into_values().flat_map(renew_batch).collect();
+        st = state();
+        let now = Instant::now();
+        for (lease, outcome) in results {
+            let Some(entry) = st
+                .entries
+                .iter_mut()
+                .find(|e| Arc::ptr_eq(&e.lease, &lease))
+            else {
+                continue; // released meanwhile
+            };
+            let ttl = lease.ttl();
+            match outcome {
+                Some(true) => {
+                    entry.last_ok = now;
+                    entry.due = now + ttl / 3;
+                }
+                Some(false) => {
+                    lease.lost.store(true, Ordering::Release);
+                    lease.active.store(false, Ordering::Release);
+                }
+                None if now.duration_since(entry.last_ok) >= ttl => {
+                    // No renewal for a whole TTL: the key has expired by now.
+                    lease.lost.store(true, Ordering::Release);
+                    lease.active.store(false, Ordering::Release);
+                }
+                None => entry.due = now + RETRY_AFTER_ERROR.min(ttl / 10),
+            }
+        }
+    }
+}
+
+fn client_id(client: &Client) -> *const () {
+    client.pool_id()
+}
+
+/// Renews `leases` (all of one client) in one pipelined round trip.
+/// `Some(true)` renewed, `Some(false)` the lock is gone, `None` unknown (error).
+fn renew_batch(leases: Vec<Arc<Lease>>) -> Vec<(Arc<Lease>, Option<bool>)> {
+    let Some(first) = leases.first() else {
+        return Vec::new();
+    };
+    let client = first.client.clone();
+    let calls: Vec<_> = leases
+        .iter()
+        .map(|l| {
+            LOCK_EXTEND
+                .call(&[&l.key])
+                .arg(&l.token)
+                .arg(l.ttl_ms.load(Ordering::Acquire))
+        })
+        .collect();
+    let replies = client.run("lock renewal", |conn| scripts::query_batch(conn, &calls));
+    match replies {
+        Ok(values) if values.len() == leases.len() => leases
+            .into_iter()
+            .zip(values)
+            .map(|(l, v)| {
+                let outcome = match v {
+                    redis::Value::Int(1) => Some(true),
+                    redis::Value::Int(0) => Some(false),
+                    _ => None,
+                };
+                (l, outcome)
+            })
+            .collect(),
+        _ => leases.into_iter().map(|l| (l, None)).collect(),
+    }
+}

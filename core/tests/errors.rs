@@ -1,0 +1,182 @@
+//! Bad input and unreachable Redis.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{client, lock_opts, queue_opts, raw};
+use ferrolock::testing::{RedisServer, free_port};
+use ferrolock::{Client, Config, ErrorKind, Lock, LockOptions, Queue, Wait};
+
+fn db_size() -> i64 {
+    redis::cmd("DBSIZE").query(&mut raw()).unwrap()
+}
+
+#[test]
+fn bad_arguments_are_rejected_before_touching_redis() {
+    let c = client();
+    let q = Queue::new(&c, b"q", queue_opts("bad")).unwrap();
+    let l = Lock::new(&c, b"x", lock_opts("bad")).unwrap();
+    assert!(l.try_acquire().unwrap());
+    let before = db_size();
+    assert!(
+        l.extend(Some(Duration::ZERO))
+            .unwrap_err()
+            .is_invalid_argument()
+    );
+    assert!(
+        Lock::new(&c, b"", LockOptions::default())
+            .unwrap_err()
+            .is_invalid_argument()
+    );
+    assert!(
+        Lock::new(&c, &vec![b'x'; 1 << 20], LockOptions::default())
+            .unwrap_err()
+            .is_invalid_argument()
+    );
+    assert!(
+        Queue::new(&c, b"", queue_opts("bad"))
+            .unwrap_err()
+            .is_invalid_argument()
+    );
+    for ttl in [Duration::ZERO, Duration::from_micros(10)] {
+        let mut o = lock_opts("bad");
+        o.ttl = ttl;
+        assert!(Lock::new(&c, b"x", o).unwrap_err().is_invalid_argument());
+    }
+    for bad in [-1.0, f64::NAN, f64::INFINITY, 1e300] {
+        assert!(
+            Wait::from_secs(Some(bad), "timeout")
+                .unwrap_err()
+                .is_invalid_argument()
+        );
+    }
+    assert_eq!(Wait::from_secs(Some(0.0), "timeout").unwrap(), Wait::Try);
+    assert_eq!(Wait::from_secs(None, "timeout").unwrap(), Wait::Forever);
+    assert!(q.pop(0, Wait::Try, None).unwrap_err().is_invalid_argument());
+    assert!(q.top(0).unwrap_err().is_invalid_argument());
+    assert!(
+        q.enqueue(&["ok", ""], 0.0, None)
+            .unwrap_err()
+            .is_invalid_argument()
+    );
+    assert!(
+        q.enqueue(&["ok"], f64::NAN, None)
+            .unwrap_err()
+            .is_invalid_argument()
+    );
+    assert!(
+        q.dequeue(b"ok", f64::INFINITY, None)
+            .unwrap_err()
+            .is_invalid_argument()
+    );
+    assert!(q.ack(b"", "r").unwrap_err().is_invalid_argument());
+    assert_eq!(db_size(), before, "no key touched");
+    l.release().unwrap();
+    // Odd but valid names work: "0", braces, newlines, non-UTF-8 bytes.
+    for name in [
+        &b"0"[..],
+        b"{x}",
+        b"}{",
+        b"a\nb",
+        b"\xff\xfe",
+        "名字".as_bytes(),
+    ] {
+        let l = Lock::new(&c, name, lock_opts("names")).unwrap();
+        assert!(l.try_acquire().unwrap());
+        l.release().unwrap();
+        q.enqueue(&[name], 0.0, None).unwrap();
+    }
+    assert_eq!(q.pop(10, Wait::Try, None).unwrap().len(), 6);
+}
+
+#[test]
+fn redis_down_is_a_connection_error_within_the_timeout() {
+    let port = free_port(); // nothing listens here
+    let c = Client::new(
+        Config::from_url(&format!(
+            "redis://127.0.0.1:{port}/0?connect_timeout=0.5&timeout=0.5"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let l = Lock::new(&c, b"x", LockOptions::default()).unwrap();
+    let start = Instant::now();
+    let err = l.try_acquire().unwrap_err();
+    assert!(err.is_connection(), "{err}");
+    assert!(err.to_string().contains("lock \"x\""), "{err}");
+    assert!(start.elapsed() < Duration::from_secs(2));
+    // A blocking acquire fails the same way instead of hanging.
+    let err = l.acquire(Wait::Forever, None).unwrap_err();
+    assert!(err.is_connection());
+    // Unroutable address: the connect timeout bounds it.
+    let c =
+        Client::new(Config::from_url("redis://10.255.255.1:6379/0?connect_timeout=0.3").unwrap())
+            .unwrap();
+    let start = Instant::now();
+    assert!(
+        Lock::new(&c, b"x", LockOptions::default())
+            .unwrap()
+            .try_acquire()
+            .is_err()
+    );
+    assert!(start.elapsed() < Duration::from_secs(2));
+}
+
+#[test]
+fn a_stalled_redis_is_a_timeout_and_a_restarted_one_works_again() {
+    let mut server = RedisServer::start();
+    let c = Client::new(
+        Config::from_url(&server.url_with("?timeout=0.3&connect_timeout=0.5")).unwrap(),
+    )
+    .unwrap();
+    let l = Lock::new(&c, b"x", LockOptions::default()).unwrap();
+    assert!(l.try_acquire().unwrap());
+    l.release().unwrap();
+    // Stall the server longer than the command timeout.
+    let mut admin = server.conn();
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(1000)
+        .arg("ALL")
+        .query(&mut admin)
+        .unwrap();
+    let start = Instant::now();
+    let err = l.try_acquire().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    assert!(start.elapsed() < Duration::from_millis(900));
+    std::thread::sleep(Duration::from_millis(800));
+    // Restart: the pooled connections are dead; the same objects work again.
+    server.restart();
+    assert!(l.try_acquire().unwrap());
+    l.release().unwrap();
+    server.stop();
+    assert!(l.try_acquire().unwrap_err().is_connection());
+    server.restart();
+    assert!(l.try_acquire().unwrap());
+}
+
+#[test]
+fn auth_errors_are_clear() {
+    let server = RedisServer::start_with(&["--requirepass", "s3cret"]);
+    let good = Client::new(
+        Config::from_url(&format!("redis://:s3cret@127.0.0.1:{}/0", server.port())).unwrap(),
+    )
+    .unwrap();
+    let l = Lock::new(&good, b"x", LockOptions::default()).unwrap();
+    assert!(l.try_acquire().unwrap());
+    let bad = Client::new(
+        Config::from_url(&format!("redis://:nope@127.0.0.1:{}/0", server.port())).unwrap(),
+    )
+    .unwrap();
+    let err = Lock::new(&bad, b"x", LockOptions::default())
+        .unwrap()
+        .try_acquire()
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Auth, "{err}");
+    assert!(
+        !err.to_string().contains("nope"),
+        "password not leaked: {err}"
+    );
+}

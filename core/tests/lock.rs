@@ -1,0 +1,327 @@
+//! Lock behaviour against a real redis-server.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{client, lock_opts, raw};
+use ferrolock::{ErrorKind, Lock, Wait};
+use redis::Commands;
+
+#[test]
+fn mutual_exclusion_8_threads_x_500_increments() {
+    let c = client();
+    let opts = lock_opts("mutex");
+    let counter = format!("{}value", String::from_utf8_lossy(&opts.prefix));
+    let threads = 8;
+    let rounds = 500;
+    let barrier = Arc::new(Barrier::new(threads));
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let (c, opts, counter, barrier) =
+                (c.clone(), opts.clone(), counter.clone(), barrier.clone());
+            thread::spawn(move || {
+                let lock = Lock::new(&c, b"counter", opts).unwrap();
+                let mut r = raw();
+                barrier.wait();
+                for _ in 0..rounds {
+                    assert!(
+                        lock.acquire(Wait::For(Duration::from_secs(30)), None)
+                            .unwrap()
+                    );
+                    // Deliberately non-atomic read-modify-write.
+                    let v: i64 = r.get::<_, Option<i64>>(&counter).unwrap().unwrap_or(0);
+                    let _: () = r.set(&counter, v + 1).unwrap();
+                    lock.release().unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let total: i64 = raw().get(&counter).unwrap();
+    assert_eq!(
+        total,
+        (threads * rounds) as i64,
+        "lost updates under the lock"
+    );
+}
+
+#[test]
+fn a_second_owner_cannot_take_release_or_extend() {
+    let c = client();
+    let opts = lock_opts("owner");
+    let a = Lock::new(&c, b"x", opts.clone()).unwrap();
+    let b = Lock::new(&c, b"x", opts).unwrap();
+    assert!(a.try_acquire().unwrap());
+    assert!(!b.try_acquire().unwrap());
+    let before: String = raw().get(a.key()).unwrap();
+    let err = b.release().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotOwned);
+    assert!(err.to_string().contains("lock \"x\""), "{err}");
+    assert!(b.extend(None).unwrap_err().is_not_owned());
+    let after: String = raw().get(a.key()).unwrap();
+    assert_eq!(before, after, "key untouched");
+    assert_eq!(Some(after), a.token());
+    assert!(a.owned().unwrap() && !b.owned().unwrap());
+    assert!(a.locked().unwrap() && b.locked().unwrap());
+    a.release().unwrap();
+    assert!(!a.locked().unwrap());
+    assert!(
+        a.release().unwrap_err().is_not_owned(),
+        "double release refused"
+    );
+}
+
+#[test]
+fn ttl_expiry_frees_the_lock_and_the_old_owner_cannot_release() {
+    let c = client();
+    let mut opts = lock_opts("expiry");
+    opts.ttl = Duration::from_millis(200);
+    let a = Lock::new(&c, b"x", opts.clone()).unwrap();
+    let b = Lock::new(&c, b"x", opts).unwrap();
+    assert!(a.try_acquire().unwrap());
+    let ttl = a.remaining().unwrap().unwrap();
+    assert!(
+        ttl <= Duration::from_millis(200) && ttl > Duration::from_millis(100),
+        "{ttl:?}"
+    );
+    thread::sleep(Duration::from_millis(300));
+    assert!(!a.locked().unwrap());
+    assert!(b.try_acquire().unwrap());
+    assert!(a.release().unwrap_err().is_not_owned());
+    assert!(
+        a.lost(),
+        "a release that found the lock taken reports it lost"
+    );
+    assert!(
+        b.owned().unwrap(),
+        "b's hold untouched by a's failed release"
+    );
+}
+
+#[test]
+fn extend_replaces_the_ttl() {
+    let c = client();
+    let mut opts = lock_opts("extend");
+    opts.ttl = Duration::from_secs(10);
+    let a = Lock::new(&c, b"x", opts).unwrap();
+    assert!(a.try_acquire().unwrap());
+    a.extend(Some(Duration::from_secs(100))).unwrap();
+    let pttl: i64 = redis::cmd("PTTL").arg(a.key()).query(&mut raw()).unwrap();
+    assert!(pttl > 99_000 && pttl <= 100_000, "{pttl}");
+    // Replace, not add: a shorter TTL shortens it.
+    a.extend(Some(Duration::from_secs(2))).unwrap();
+    let pttl: i64 = redis::cmd("PTTL").arg(a.key()).query(&mut raw()).unwrap();
+    assert!(pttl > 1_000 && pttl <= 2_000, "{pttl}");
+    a.extend(None).unwrap();
+    let pttl: i64 = redis::cmd("PTTL").arg(a.key()).query(&mut raw()).unwrap();
+    assert!(pttl > 9_000, "{pttl}");
+}
+
+#[test]
+fn fencing_tokens_strictly_increase_across_holders() {
+    let c = client();
+    let opts = lock_opts("fence");
+    let locks: Vec<_> = (0..3)
+        .map(|_| Lock::new(&c, b"x", opts.clone()).unwrap())
+        .collect();
+    let mut last = 0;
+    for round in 0..50 {
+        let l = &locks[round % 3];
+        assert!(l.try_acquire().unwrap());
+        let f = l.fencing_token().unwrap();
+        assert!(f > last, "{f} after {last}");
+        last = f;
+        l.release().unwrap();
+        assert_eq!(l.fencing_token(), None);
+    }
+    // Still increasing after the fence key itself was deleted (server clock).
+    let mut r = raw();
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*fence").query(&mut r).unwrap();
+    for k in keys {
+        let _: () = r.del(k).unwrap();
+    }
+    assert!(locks[0].try_acquire().unwrap());
+    assert!(locks[0].fencing_token().unwrap() > last);
+}
+
+#[test]
+fn release_wakes_a_waiter_by_notification() {
+    let c = client();
+    let opts = lock_opts("wake");
+    let holder = Lock::new(&c, b"x", opts.clone()).unwrap();
+    assert!(holder.try_acquire().unwrap());
+    let waiter = thread::spawn({
+        let c = c.clone();
+        move || {
+            let l = Lock::new(&c, b"x", opts).unwrap();
+            let ok = l.acquire(Wait::For(Duration::from_secs(20)), None).unwrap();
+            (ok, Instant::now())
+        }
+    });
+    thread::sleep(Duration::from_millis(300));
+    let released = Instant::now();
+    holder.release().unwrap();
+    let (ok, woke) = waiter.join().unwrap();
+    assert!(ok);
+    // The re-check interval is 1 s: only a notification wakes it sooner.
+    assert!(woke.duration_since(released) < Duration::from_millis(900));
+}
+
+#[test]
+fn a_crashed_holders_lock_is_taken_when_its_ttl_ends() {
+    let c = client();
+    let mut opts = lock_opts("crash");
+    opts.ttl = Duration::from_millis(400);
+    let holder = Lock::new(&c, b"x", opts.clone()).unwrap();
+    assert!(holder.try_acquire().unwrap());
+    holder.forget(); // the holder "crashes": no release
+    let start = Instant::now();
+    opts.recheck = Duration::from_secs(30); // only the TTL hint can wake it
+    let l = Lock::new(&c, b"x", opts).unwrap();
+    assert!(l.acquire(Wait::For(Duration::from_secs(10)), None).unwrap());
+    assert!(start.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn try_once_and_timeouts() {
+    let c = client();
+    let opts = lock_opts("timeouts");
+    let a = Lock::new(&c, b"x", opts.clone()).unwrap();
+    let b = Lock::new(&c, b"x", opts).unwrap();
+    assert!(a.try_acquire().unwrap());
+    let start = Instant::now();
+    assert!(
+        !b.acquire(Wait::For(Duration::from_millis(300)), None)
+            .unwrap()
+    );
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_millis(290) && waited < Duration::from_secs(3),
+        "{waited:?}"
+    );
+    assert!(!b.acquire(Wait::Try, None).unwrap());
+    // The timed-out waiter deregistered itself.
+    let pattern = format!("*{}x:waiters", String::from_utf8_lossy(&a.options().prefix));
+    let keys: Vec<String> = redis::cmd("KEYS").arg(&pattern).query(&mut raw()).unwrap();
+    for k in keys {
+        let n: i64 = redis::cmd("ZCARD").arg(&k).query(&mut raw()).unwrap();
+        assert_eq!(n, 0, "{k}");
+    }
+}
+
+#[test]
+fn interrupt_hook_aborts_a_wait_and_leaves_state_clean() {
+    let c = client();
+    let opts = lock_opts("interrupt");
+    let a = Lock::new(&c, b"x", opts.clone()).unwrap();
+    let b = Lock::new(&c, b"x", opts).unwrap();
+    assert!(a.try_acquire().unwrap());
+    let start = Instant::now();
+    let hook = || -> ferrolock::Result<()> {
+        if start.elapsed() > Duration::from_millis(200) {
+            Err(ferrolock::wait::interrupted("test"))
+        } else {
+            Ok(())
+        }
+    };
+    let err = b.acquire(Wait::Forever, Some(&hook)).unwrap_err();
+    assert!(err.is_interrupted(), "{err}");
+    assert!(start.elapsed() < Duration::from_secs(1));
+    assert_eq!(b.token(), None);
+    a.release().unwrap();
+    assert!(b.try_acquire().unwrap());
+}
+
+#[test]
+fn reentrant_locks_touch_redis_on_first_acquire_and_last_release_only() {
+    let c = client();
+    let mut opts = lock_opts("reentrant");
+    opts.reentrant = true;
+    let l = Lock::new(&c, b"x", opts.clone()).unwrap();
+    assert!(l.try_acquire().unwrap());
+    let token = l.token();
+    assert!(l.try_acquire().unwrap());
+    assert!(l.acquire(Wait::Forever, None).unwrap());
+    assert_eq!(l.depth(), 3);
+    assert_eq!(l.token(), token);
+    l.release().unwrap();
+    l.release().unwrap();
+    assert!(l.locked().unwrap(), "still held after 2 of 3 releases");
+    l.release().unwrap();
+    assert!(!l.locked().unwrap());
+    // A non-reentrant lock does not nest.
+    let n = Lock::new(&c, b"y", lock_opts("nonreentrant")).unwrap();
+    assert!(n.try_acquire().unwrap());
+    assert!(!n.try_acquire().unwrap());
+}
+
+#[test]
+fn fair_mode_grants_in_arrival_order() {
+    let c = client();
+    let mut opts = lock_opts("fair");
+    opts.fair = true;
+    let holder = Lock::new(&c, b"x", opts.clone()).unwrap();
+    assert!(holder.try_acquire().unwrap());
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut handles = Vec::new();
+    for i in 0..5 {
+        let (c, opts, order) = (c.clone(), opts.clone(), order.clone());
+        handles.push(thread::spawn(move || {
+            let l = Lock::new(&c, b"x", opts).unwrap();
+            assert!(l.acquire(Wait::For(Duration::from_secs(30)), None).unwrap());
+            order.lock().unwrap().push(i);
+            thread::sleep(Duration::from_millis(20));
+            l.release().unwrap();
+        }));
+        // Let waiter i register before waiter i+1 arrives.
+        thread::sleep(Duration::from_millis(150));
+    }
+    // A newcomer cannot barge in ahead of the queue in fair mode.
+    let newcomer = Lock::new(&c, b"x", opts).unwrap();
+    holder.release().unwrap();
+    assert!(!newcomer.try_acquire().unwrap());
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4]);
+}
+
+#[test]
+fn watchdog_keeps_a_lock_alive_and_reports_it_lost() {
+    let c = client();
+    let mut opts = lock_opts("watchdog");
+    opts.ttl = Duration::from_millis(300);
+    opts.auto_renew = true;
+    let l = Lock::new(&c, b"x", opts).unwrap();
+    assert!(l.try_acquire().unwrap());
+    thread::sleep(Duration::from_millis(1000)); // > 3 x ttl
+    assert!(l.owned().unwrap(), "renewed past 3x its TTL");
+    assert!(!l.lost());
+    let _: () = raw().del(l.key()).unwrap();
+    thread::sleep(Duration::from_millis(400));
+    assert!(
+        l.lost(),
+        "renewal that finds the key gone marks the lock lost"
+    );
+    assert!(l.release().unwrap_err().is_not_owned());
+}
+
+#[test]
+fn orphaned_legacy_lock_without_ttl_is_healed_not_stolen() {
+    let c = client();
+    let mut opts = lock_opts("orphan");
+    opts.ttl = Duration::from_millis(300);
+    let l = Lock::new(&c, b"x", opts).unwrap();
+    // A legacy client did SETNX and crashed before EXPIRE.
+    let _: () = raw().set(l.key(), "1700000000").unwrap();
+    assert!(!l.try_acquire().unwrap(), "never steals");
+    let pttl: i64 = redis::cmd("PTTL").arg(l.key()).query(&mut raw()).unwrap();
+    assert!(pttl > 0, "given an expiry: {pttl}");
+    assert!(l.acquire(Wait::For(Duration::from_secs(5)), None).unwrap());
+}
