@@ -46,7 +46,7 @@ pub use config::{
     Config, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_URL, default_url,
 };
 pub use error::{Error, ErrorKind, Result};
-pub use lock::{DEFAULT_LOCK_PREFIX, DEFAULT_TTL, Lock, LockOptions};
+pub use lock::{DEFAULT_LOCK_PREFIX, DEFAULT_TTL, DistributedLock, Lock, LockOptions};
 pub use queue::{
     DEFAULT_LEGACY_LOCK_TIMEOUT, DEFAULT_QUEUE_PREFIX, DEFAULT_VISIBILITY, Queue, QueueOptions,
     Task,

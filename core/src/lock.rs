@@ -458,6 +458,64 @@ impl Drop for Lock {
     }
 }
 
+/// What [`Lock`] and [`crate::Redlock`] have in common, so bindings can offer
+/// both through one code path.
+pub trait DistributedLock: Send + Sync {
+    /// Takes the lock, waiting as `wait` allows; `Ok(false)` when the wait ran out.
+    fn acquire(&self, wait: Wait, interrupt: Option<Interrupt<'_>>) -> Result<bool>;
+    /// Releases it; [`ErrorKind::NotOwned`] when not held by this object.
+    fn release(&self) -> Result<()>;
+    /// Sets the remaining TTL (default: the lock's ttl).
+    fn extend(&self, ttl: Option<Duration>) -> Result<()>;
+    /// True when anyone holds it.
+    fn locked(&self) -> Result<bool>;
+    /// True when this object holds it (checked in Redis).
+    fn owned(&self) -> Result<bool>;
+    /// Token of the current hold.
+    fn token(&self) -> Option<String>;
+    /// Fencing token of the current hold.
+    fn fencing_token(&self) -> Option<i64>;
+    /// True once the hold was lost.
+    fn lost(&self) -> bool;
+    /// The lock's name.
+    fn name(&self) -> &[u8];
+    /// The lock's TTL.
+    fn ttl(&self) -> Duration;
+}
+
+impl DistributedLock for Lock {
+    fn acquire(&self, wait: Wait, interrupt: Option<Interrupt<'_>>) -> Result<bool> {
+        Lock::acquire(self, wait, interrupt)
+    }
+    fn release(&self) -> Result<()> {
+        Lock::release(self)
+    }
+    fn extend(&self, ttl: Option<Duration>) -> Result<()> {
+        Lock::extend(self, ttl)
+    }
+    fn locked(&self) -> Result<bool> {
+        Lock::locked(self)
+    }
+    fn owned(&self) -> Result<bool> {
+        Lock::owned(self)
+    }
+    fn token(&self) -> Option<String> {
+        Lock::token(self)
+    }
+    fn fencing_token(&self) -> Option<i64> {
+        Lock::fencing_token(self)
+    }
+    fn lost(&self) -> bool {
+        Lock::lost(self)
+    }
+    fn name(&self) -> &[u8] {
+        Lock::name(self)
+    }
+    fn ttl(&self) -> Duration {
+        self.opts.ttl
+    }
+}
+
 // Bindings share one Lock between threads.
 const _: () = {
     const fn send_sync<T: Send + Sync>() {}

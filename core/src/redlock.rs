@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use crate::client::{Client, lock};
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::LockKeys;
-use crate::lock::label;
+use crate::lock::{DistributedLock, label};
 use crate::scripts::{LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE};
 use crate::validate;
 use crate::wait::{self, Interrupt, Wait};
@@ -30,6 +30,7 @@ const RETRY_MAX: Duration = Duration::from_millis(50);
 pub struct Redlock {
     clients: Vec<Client>,
     keys: LockKeys,
+    name: Vec<u8>,
     label: String,
     ttl: Duration,
     state: Mutex<Option<Held>>,
@@ -67,6 +68,7 @@ impl Redlock {
         Ok(Self {
             keys: LockKeys::new(prefix, name),
             label: label("redlock", name),
+            name: name.to_vec(),
             clients,
             ttl,
             state: Mutex::new(None),
@@ -325,6 +327,39 @@ impl Redlock {
             ErrorKind::NotOwned,
             format!("{}: not owned: {why}", self.label),
         )
+    }
+}
+
+impl DistributedLock for Redlock {
+    fn acquire(&self, wait: Wait, interrupt: Option<Interrupt<'_>>) -> Result<bool> {
+        Redlock::acquire(self, wait, interrupt)
+    }
+    fn release(&self) -> Result<()> {
+        Redlock::release(self)
+    }
+    fn extend(&self, ttl: Option<Duration>) -> Result<()> {
+        Redlock::extend(self, ttl)
+    }
+    fn locked(&self) -> Result<bool> {
+        Redlock::locked(self)
+    }
+    fn owned(&self) -> Result<bool> {
+        Redlock::owned(self)
+    }
+    fn token(&self) -> Option<String> {
+        Redlock::token(self)
+    }
+    fn fencing_token(&self) -> Option<i64> {
+        Redlock::fencing_token(self)
+    }
+    fn lost(&self) -> bool {
+        Redlock::lost(self)
+    }
+    fn name(&self) -> &[u8] {
+        &self.name
+    }
+    fn ttl(&self) -> Duration {
+        self.ttl
     }
 }
 

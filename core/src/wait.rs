@@ -148,6 +148,9 @@ fn run<T>(
     attempt: &mut impl FnMut(&str) -> Result<Attempt<T>>,
 ) -> Result<Option<T>> {
     loop {
+        if let Some(check) = spec.interrupt {
+            check()?;
+        }
         let hint = match attempt(waiter_id)? {
             Attempt::Done(v) => return Ok(Some(v)),
             Attempt::Retry(hint) => hint,
@@ -190,7 +193,9 @@ fn listen(
             .map_err(|e| Error::from_redis("waiting", e))?;
         match pubsub.get_message() {
             Ok(_) => return Ok(()),
-            Err(e) if e.is_timeout() => {
+            // A slice ended, or a signal interrupted the read (EINTR): the
+            // subscription is intact; let the hook decide whether to go on.
+            Err(e) if e.is_timeout() || is_eintr(&e) => {
                 if let Some(check) = interrupt {
                     check()?;
                 }
@@ -198,6 +203,13 @@ fn listen(
             Err(e) => return Err(Error::from_redis("waiting", e)),
         }
     }
+}
+
+/// A read interrupted by a signal. The `redis` crate keeps the `io::Error`
+/// private, so recognise it by its text (`Interrupted system call (os error 4)`).
+fn is_eintr(e: &redis::RedisError) -> bool {
+    let eintr = std::io::Error::from(std::io::ErrorKind::Interrupted).to_string();
+    e.is_io_error() && (e.to_string().contains("os error 4") || e.to_string().contains(&eintr))
 }
 
 /// Sleeps up to `pause` in slices, consulting `interrupt` (used where no

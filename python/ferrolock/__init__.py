@@ -1,0 +1,33 @@
+"""ferrolock: distributed locks and a task queue on Redis, shared with PHP.
+
+>>> from ferrolock import Lock
+>>> with Lock("orders"):          # doctest: +SKIP
+...     ...
+
+Connection: the ``url`` argument, else ``$REDIS_URL``, else
+``redis://127.0.0.1:6379/0``.
+"""
+
+from ferrolock._errors import (
+    ConnectionError,  # noqa: A004
+    FerrolockError,
+    LockError,
+    LockLostError,
+    LockNotOwnedError,
+    LockTimeout,
+)
+from ferrolock._native import Lock, Queue, Redlock, Task, __version__
+
+__all__ = [
+    "ConnectionError",
+    "FerrolockError",
+    "Lock",
+    "LockError",
+    "LockLostError",
+    "LockNotOwnedError",
+    "LockTimeout",
+    "Queue",
+    "Redlock",
+    "Task",
+    "__version__",
+]

@@ -1,0 +1,204 @@
+"""Type stubs of the native module (kept in step with python/src/*.rs; checked by
+``python -m mypy.stubtest ferrolock._native``)."""
+
+from collections.abc import Callable, Iterable
+from types import TracebackType
+from typing import Any, TypeVar, final, overload
+
+from typing_extensions import Self, disjoint_base
+
+__all__ = ["Lock", "Queue", "Redlock", "Task", "_Cancel", "_LockBase", "__version__"]
+
+__version__: str
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+@final
+class _Cancel:
+    """Stops a wait running on a worker thread (used by ``async with``)."""
+    def __new__(cls) -> _Cancel: ...
+    def set(self) -> None:
+        """Ask the wait to stop (it notices within 50 ms)."""
+
+@disjoint_base
+class _LockBase:
+    """Methods shared by :class:`Lock` and :class:`Redlock`."""
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        """Acquire the lock; ``True`` when acquired, ``False`` when the wait ran out.
+
+        ``blocking=False`` tries once. ``timeout`` (seconds): ``None`` uses the
+        lock's own ``timeout``; ``None`` there too waits forever; ``0`` tries once.
+        The wait releases the GIL, is woken by the holder's release within about a
+        millisecond (no polling), and raises ``KeyboardInterrupt`` on Ctrl-C.
+        """
+    def release(self) -> None:
+        """Release the lock. Raises :class:`LockNotOwnedError` when this object
+        does not hold it (never acquired, expired, or taken over)."""
+    def extend(self, ttl: float | None = None) -> None:
+        """Set the remaining TTL to ``ttl`` seconds (default: the lock's ``ttl``);
+        replaces, does not add. :class:`LockNotOwnedError` if not held."""
+    def locked(self) -> bool:
+        """``True`` when anyone holds the lock (asks Redis)."""
+    def owned(self) -> bool:
+        """``True`` when this object holds the lock (asks Redis)."""
+    @property
+    def token(self) -> str | None:
+        """The random owner token of the current hold, or ``None``."""
+    @property
+    def fencing_token(self) -> int | None:
+        """Strictly increasing per lock name across all holders; pass it to the
+        storage you protect so it can reject writes of a stale holder."""
+    @property
+    def lost(self) -> bool:
+        """``True`` once the lock was lost while held (the watchdog found it gone
+        or could not renew it, or a release found it taken)."""
+    @property
+    def name(self) -> str:
+        """The lock name."""
+    @property
+    def ttl(self) -> float:
+        """The TTL in seconds."""
+    @property
+    def timeout(self) -> float | None:
+        """Default wait of ``acquire()`` and ``with`` (``None``: forever)."""
+    def __enter__(self) -> Self:
+        """Acquire (waiting up to ``timeout``) or raise :class:`LockTimeout`."""
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None = None,
+        exc: BaseException | None = None,
+        tb: TracebackType | None = None,
+    ) -> bool:
+        """Release; raise :class:`LockLostError` if the lock was lost inside the
+        block (unless another exception is already propagating)."""
+    def __aenter__(self) -> Any:
+        """``async with``: the wait runs on a worker thread, never on the loop."""
+    def __aexit__(
+        self,
+        exc_type: type[BaseException] | None = None,
+        exc: BaseException | None = None,
+        tb: TracebackType | None = None,
+    ) -> Any:
+        """Same as ``__exit__``."""
+    def __call__(self, func: _F) -> _F:
+        """Decorator form: every call of ``func`` runs while holding the lock
+        (coroutine functions use ``async with``)."""
+    def _try_acquire_nowait(self) -> bool: ...
+    def _enter_cancellable(self, cancel: _Cancel) -> None: ...
+
+@final
+class Lock(_LockBase):
+    """A distributed lock on one Redis deployment.
+
+    The key is ``prefix + name`` (default ``Lock:<name>``, shared with legacy PHP
+    ``RedisLock``). The owner is this object, not a thread.
+    """
+
+    def __new__(
+        cls,
+        name: str,
+        *,
+        ttl: float = 30.0,
+        timeout: float | None = None,
+        auto_renew: bool = True,
+        reentrant: bool = False,
+        fair: bool = False,
+        url: str | None = None,
+        prefix: str = "Lock:",
+        min_replicas: int = 0,
+    ) -> Lock:
+        """Create a lock (nothing is sent to Redis yet).
+
+        ttl: seconds the key lives without renewal. timeout: default wait.
+        auto_renew: a background watchdog renews the TTL every ttl/3 while held.
+        reentrant: nested acquires by this object count; Redis is touched on
+        the first acquire and the last release. fair: waiters are served in
+        arrival order. url: Redis URL (default ``$REDIS_URL`` or
+        ``redis://127.0.0.1:6379/0``). min_replicas: after each acquire, wait
+        (``WAIT``) until that many replicas have it, else release and raise
+        :class:`LockError`.
+        """
+
+@final
+class Redlock(_LockBase):
+    """A lock over several independent Redis masters (the Redlock algorithm):
+    acquired when a majority (N//2+1) granted it and the validity left,
+    ``ttl - elapsed - drift``, is positive. Waits retry with a random pause."""
+
+    def __new__(
+        cls,
+        name: str,
+        urls: Iterable[str],
+        *,
+        ttl: float = 30.0,
+        timeout: float | None = None,
+        prefix: str = "Lock:",
+    ) -> Redlock: ...
+
+@final
+class Task:
+    """A task id with its score (unix time it was due)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def score(self) -> float: ...
+    @property
+    def receipt(self) -> str | None:
+        """For reserved tasks: the claim that ``ack``/``nack`` present."""
+    def ack(self) -> bool:
+        """Done with the task. Reserved: remove it if still ours (``False`` when
+        the visibility timeout passed and it went back to the queue). Popped:
+        nothing left to do, ``True``. From ``top()``: ``dequeue(id, score)``."""
+    def nack(self, delay: float = 0.0) -> bool:
+        """Give the task back, due after ``delay`` seconds. Reserved: return it
+        to the queue. Popped: enqueue the id again. From ``top()``: ``False``."""
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None = None,
+        exc: BaseException | None = None,
+        tb: TracebackType | None = None,
+    ) -> bool:
+        """``ack`` on success, ``nack`` when the block raised."""
+
+@final
+class Queue:
+    """A task queue: the sorted set ``prefix + name`` (default ``Queue:<name>``,
+    shared with legacy PHP ``RedisQueue``), score = due time in unix seconds."""
+
+    def __new__(
+        cls,
+        name: str,
+        *,
+        url: str | None = None,
+        prefix: str = "Queue:",
+        visibility: float = 30.0,
+    ) -> Queue: ...
+    def enqueue(self, ids: str | Iterable[str], *, delay: float = 0.0) -> int:
+        """Add one id or many in one round trip, due ``delay`` seconds from now.
+        Ids already queued keep their score. Returns how many were new."""
+    @overload
+    def pop(self, count: None = None, *, wait: float = 0.0) -> Task | None:
+        """Take due tasks, lowest score first (ties by id), waiting up to ``wait``
+        seconds for work (woken by enqueues, no polling). ``count=None``: one
+        ``Task`` or ``None``; an int: a list (maybe empty)."""
+    @overload
+    def pop(self, count: int, *, wait: float = 0.0) -> list[Task]: ...
+    @overload
+    def top(self, count: None = None) -> Task | None:
+        """The tasks ``pop`` would take, without taking them."""
+    @overload
+    def top(self, count: int) -> list[Task]: ...
+    def dequeue(self, id: str, score: float) -> bool:
+        """Remove ``id`` if its score is still exactly ``score``."""
+    def reserve(self, *, wait: float = 0.0, visibility: float | None = None) -> Task | None:
+        """Take one due task for ``visibility`` seconds (default: the queue's):
+        ``ack()`` it when done; if not acked in time it returns to the queue.
+        ``with queue.reserve(wait=5) as task:`` acks on success, nacks on error.
+        ``None`` when no task came within ``wait``."""
+    def __len__(self) -> int:
+        """Queued tasks, due or delayed (reserved ones excluded)."""
+    @property
+    def name(self) -> str: ...

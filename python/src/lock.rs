@@ -1,0 +1,274 @@
+//! `Lock` and `Redlock`: one base class over `ferrolock::DistributedLock`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use ferrolock::{DistributedLock, LockOptions, Redlock, Wait, validate};
+use pyo3::prelude::*;
+use pyo3::types::PyString;
+
+use crate::convert::{blocking, bytes_str, client, quick, str_bytes, wait_for};
+use crate::errors::{Exc, IntoPy};
+
+/// A cancellation flag for a wait running on a worker thread (asyncio).
+#[pyclass(name = "_Cancel", module = "ferrolock._native", frozen)]
+#[derive(Default)]
+pub struct PyCancel(AtomicBool);
+
+#[pymethods]
+impl PyCancel {
+    #[new]
+    fn new() -> Self {
+        Self::default()
+    }
+
+    /// Stops the wait within 50 ms.
+    fn set(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+/// What `Lock` and `Redlock` share: every method but the constructor.
+#[pyclass(name = "_LockBase", module = "ferrolock._native", subclass, frozen)]
+pub struct PyLockBase {
+    inner: Arc<dyn DistributedLock>,
+    /// Default wait of `acquire()` and `with` (None: forever).
+    timeout: Option<f64>,
+    kind: &'static str,
+}
+
+impl PyLockBase {
+    fn new(inner: Arc<dyn DistributedLock>, timeout: Option<f64>, kind: &'static str) -> PyResult<Self> {
+        // Reject a bad default now rather than at the first acquire.
+        wait_for(true, timeout, None)?;
+        Ok(Self { inner, timeout, kind })
+    }
+
+    fn display_name(&self) -> String {
+        String::from_utf8_lossy(self.inner.name()).into_owned()
+    }
+
+    /// Waits as the lock's default timeout says; `LockTimeout` if not acquired.
+    fn enter(&self, py: Python<'_>, cancel: Option<&AtomicBool>) -> PyResult<()> {
+        let wait = wait_for(true, None, self.timeout)?;
+        let inner = self.inner.clone();
+        let acquired = blocking(py, cancel, move |hook| inner.acquire(wait, hook))?;
+        if acquired {
+            return Ok(());
+        }
+        let within = match wait {
+            Wait::For(d) => format!("within {:.3} s", d.as_secs_f64()),
+            _ => "on the first attempt (timeout=0)".to_owned(),
+        };
+        Err(Exc::Timeout.err(format!("{} {:?}: not acquired {within}", self.kind, self.display_name())))
+    }
+}
+
+#[pymethods]
+impl PyLockBase {
+    /// Acquire the lock; see the stub for the timeout rules.
+    #[pyo3(signature = (blocking = true, timeout = None))]
+    fn acquire(&self, py: Python<'_>, blocking: bool, timeout: Option<f64>) -> PyResult<bool> {
+        let wait = wait_for(blocking, timeout, self.timeout)?;
+        let inner = self.inner.clone();
+        crate::convert::blocking(py, None, move |hook| inner.acquire(wait, hook))
+    }
+
+    /// Release the lock.
+    fn release(&self, py: Python<'_>) -> PyResult<()> {
+        let inner = self.inner.clone();
+        quick(py, move || inner.release())
+    }
+
+    /// Set the remaining TTL.
+    #[pyo3(signature = (ttl = None))]
+    fn extend(&self, py: Python<'_>, ttl: Option<f64>) -> PyResult<()> {
+        let ttl = ttl.map(|t| validate::ttl(t, "ttl")).transpose().py()?;
+        let inner = self.inner.clone();
+        quick(py, move || inner.extend(ttl))
+    }
+
+    /// True when anyone holds the lock.
+    fn locked(&self, py: Python<'_>) -> PyResult<bool> {
+        let inner = self.inner.clone();
+        quick(py, move || inner.locked())
+    }
+
+    /// True when this object holds the lock (checked in Redis).
+    fn owned(&self, py: Python<'_>) -> PyResult<bool> {
+        let inner = self.inner.clone();
+        quick(py, move || inner.owned())
+    }
+
+    #[getter]
+    fn token(&self) -> Option<String> {
+        self.inner.token()
+    }
+
+    #[getter]
+    fn fencing_token(&self) -> Option<i64> {
+        self.inner.fencing_token()
+    }
+
+    #[getter]
+    fn lost(&self) -> bool {
+        self.inner.lost()
+    }
+
+    #[getter]
+    fn name<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyString>> {
+        bytes_str(py, self.inner.name())
+    }
+
+    #[getter]
+    fn ttl(&self) -> f64 {
+        self.inner.ttl().as_secs_f64()
+    }
+
+    #[getter]
+    fn timeout(&self) -> Option<f64> {
+        self.timeout
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
+        slf.get().enter(slf.py(), None)?;
+        Ok(slf)
+    }
+
+    #[pyo3(signature = (exc_type = None, exc = None, tb = None))]
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        exc_type: Option<Bound<'_, PyAny>>,
+        exc: Option<Bound<'_, PyAny>>,
+        tb: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        let _ = (exc, tb);
+        let inner = self.inner.clone();
+        let released = py.detach(move || inner.release());
+        let propagating = exc_type.is_some_and(|t| !t.is_none());
+        match released {
+            Ok(()) => Ok(false),
+            // Another exception is on its way out: let it through unchanged.
+            Err(_) if propagating => Ok(false),
+            Err(e) if e.is_not_owned() => Err(Exc::Lost.err(format!(
+                "{} {:?} was lost inside the with block (expired or taken over before the release): {e}",
+                self.kind,
+                self.display_name()
+            ))),
+            Err(e) => Err(crate::errors::to_py(e)),
+        }
+    }
+
+    fn __aenter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        slf.py().import("ferrolock._helpers")?.call_method1("aenter", (slf,))
+    }
+
+    #[pyo3(signature = (exc_type = None, exc = None, tb = None))]
+    fn __aexit__<'py>(
+        slf: &Bound<'py, Self>,
+        exc_type: Option<Bound<'py, PyAny>>,
+        exc: Option<Bound<'py, PyAny>>,
+        tb: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        slf.py()
+            .import("ferrolock._helpers")?
+            .call_method1("aexit", (slf, exc_type, exc, tb))
+    }
+
+    /// Decorator form: `@Lock("x")`.
+    fn __call__<'py>(slf: &Bound<'py, Self>, func: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        if !func.is_callable() {
+            return Err(crate::errors::type_error("the decorated object", "callable", &func));
+        }
+        slf.py().import("ferrolock._helpers")?.call_method1("decorate", (slf, func))
+    }
+
+    /// One attempt (used by `async with` before handing the wait to a thread).
+    fn _try_acquire_nowait(&self, py: Python<'_>) -> PyResult<bool> {
+        let inner = self.inner.clone();
+        quick(py, move || inner.acquire(Wait::Try, None))
+    }
+
+    /// The `with` wait, stoppable through `cancel` (run on a worker thread).
+    fn _enter_cancellable(&self, py: Python<'_>, cancel: &PyCancel) -> PyResult<()> {
+        self.enter(py, Some(&cancel.0))
+    }
+
+    fn __repr__(&self) -> String {
+        let state = if self.inner.token().is_some() { "held" } else { "not held" };
+        format!(
+            "<ferrolock.{} name={:?} ttl={:?} {state}>",
+            self.kind,
+            self.display_name(),
+            self.inner.ttl().as_secs_f64()
+        )
+    }
+}
+
+/// A distributed lock on one Redis deployment.
+#[pyclass(name = "Lock", module = "ferrolock", extends = PyLockBase, frozen)]
+pub struct PyLock;
+
+#[pymethods]
+impl PyLock {
+    #[new]
+    #[pyo3(signature = (name, *, ttl = 30.0, timeout = None, auto_renew = true, reentrant = false,
+                        fair = false, url = None, prefix = "Lock:", min_replicas = 0))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        name: &Bound<'_, PyAny>,
+        ttl: f64,
+        timeout: Option<f64>,
+        auto_renew: bool,
+        reentrant: bool,
+        fair: bool,
+        url: Option<&str>,
+        prefix: &str,
+        min_replicas: u32,
+    ) -> PyResult<PyClassInitializer<Self>> {
+        let name = str_bytes(name, "name")?;
+        let mut opts = LockOptions::default();
+        opts.ttl = validate::ttl(ttl, "ttl").py()?;
+        opts.auto_renew = auto_renew;
+        opts.reentrant = reentrant;
+        opts.fair = fair;
+        opts.prefix = prefix.as_bytes().to_vec();
+        opts.min_replicas = min_replicas;
+        let lock = ferrolock::Lock::new(&client(url)?, &name, opts).py()?;
+        Ok(PyClassInitializer::from(PyLockBase::new(Arc::new(lock), timeout, "Lock")?).add_subclass(Self))
+    }
+}
+
+/// A lock over several independent Redis masters (Redlock).
+#[pyclass(name = "Redlock", module = "ferrolock", extends = PyLockBase, frozen)]
+pub struct PyRedlock;
+
+#[pymethods]
+impl PyRedlock {
+    #[new]
+    #[pyo3(signature = (name, urls, *, ttl = 30.0, timeout = None, prefix = "Lock:"))]
+    fn new(
+        name: &Bound<'_, PyAny>,
+        urls: &Bound<'_, PyAny>,
+        ttl: f64,
+        timeout: Option<f64>,
+        prefix: &str,
+    ) -> PyResult<PyClassInitializer<Self>> {
+        let name = str_bytes(name, "name")?;
+        if urls.is_instance_of::<PyString>() {
+            return Err(crate::errors::type_error("urls", "a list of URL strings", urls));
+        }
+        let mut clients = Vec::new();
+        for url in urls.try_iter()? {
+            let url = url?;
+            let text: String = url
+                .extract()
+                .map_err(|_| crate::errors::type_error("each url", "str", &url))?;
+            clients.push(client(Some(&text))?);
+        }
+        let ttl = validate::ttl(ttl, "ttl").py()?;
+        let lock = Redlock::new(clients, &name, ttl, prefix.as_bytes()).py()?;
+        Ok(PyClassInitializer::from(PyLockBase::new(Arc::new(lock), timeout, "Redlock")?).add_subclass(Self))
+    }
+}

@@ -1,0 +1,233 @@
+//! `Queue` and `Task`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferrolock::{QueueOptions, Wait, validate};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyString};
+
+use crate::convert::{blocking, bytes_str, client, quick, str_bytes, wait_secs};
+use crate::errors::{IntoPy, type_error};
+
+/// Where a task came from decides what `ack`/`nack` mean.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// `pop()`: already removed from the queue.
+    Popped,
+    /// `top()`: still in the queue, read only.
+    Peeked,
+    /// `reserve()`: in flight until acked or nacked.
+    Reserved,
+}
+
+/// A task id with its score (and, when reserved, its receipt).
+#[pyclass(name = "Task", module = "ferrolock", frozen)]
+pub struct PyTask {
+    queue: Arc<ferrolock::Queue>,
+    task: ferrolock::Task,
+    origin: Origin,
+}
+
+#[pymethods]
+impl PyTask {
+    #[getter]
+    fn id<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyString>> {
+        bytes_str(py, &self.task.id)
+    }
+
+    #[getter]
+    fn score(&self) -> f64 {
+        self.task.score
+    }
+
+    #[getter]
+    fn receipt(&self) -> Option<String> {
+        self.task.receipt.clone()
+    }
+
+    /// Acknowledge: done with this task.
+    fn ack(&self, py: Python<'_>) -> PyResult<bool> {
+        let (queue, task) = (self.queue.clone(), self.task.clone());
+        match self.origin {
+            Origin::Popped => Ok(true),
+            Origin::Peeked => quick(py, move || queue.dequeue(&task.id, task.score, None)),
+            Origin::Reserved => quick(py, move || queue.ack(&task.id, task.receipt.as_deref().unwrap_or(""))),
+        }
+    }
+
+    /// Give the task back, due after `delay` seconds.
+    #[pyo3(signature = (delay = 0.0))]
+    fn nack(&self, py: Python<'_>, delay: f64) -> PyResult<bool> {
+        let delay = validate::offset(delay, "delay").py()?;
+        let (queue, task) = (self.queue.clone(), self.task.clone());
+        match self.origin {
+            Origin::Popped => quick(py, move || queue.enqueue(&[&task.id], delay, None).map(|n| n == 1)),
+            Origin::Peeked => Ok(false),
+            Origin::Reserved => {
+                quick(py, move || queue.nack(&task.id, task.receipt.as_deref().unwrap_or(""), delay))
+            }
+        }
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    #[pyo3(signature = (exc_type = None, exc = None, tb = None))]
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        exc_type: Option<Bound<'_, PyAny>>,
+        exc: Option<Bound<'_, PyAny>>,
+        tb: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        let _ = (exc, tb);
+        if exc_type.is_some_and(|t| !t.is_none()) {
+            // Best effort: if it fails, the visibility timeout returns the task.
+            let _ = self.nack(py, 0.0);
+        } else {
+            self.ack(py)?;
+        }
+        Ok(false)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Task(id={:?}, score={:?})",
+            String::from_utf8_lossy(&self.task.id),
+            self.task.score
+        )
+    }
+}
+
+/// A task queue (legacy-compatible `Queue:<name>` sorted set).
+#[pyclass(name = "Queue", module = "ferrolock", frozen)]
+pub struct PyQueue {
+    inner: Arc<ferrolock::Queue>,
+}
+
+impl PyQueue {
+    fn tasks<'py>(
+        &self,
+        py: Python<'py>,
+        tasks: Vec<ferrolock::Task>,
+        origin: Origin,
+        count: Option<i64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let mut wrapped = tasks.into_iter().map(|task| PyTask {
+            queue: self.inner.clone(),
+            task,
+            origin,
+        });
+        match count {
+            None => match wrapped.next() {
+                Some(t) => Ok(Bound::new(py, t)?.into_any()),
+                None => Ok(py.None().into_bound(py)),
+            },
+            Some(_) => {
+                let list = PyList::empty(py);
+                for t in wrapped {
+                    list.append(Bound::new(py, t)?)?;
+                }
+                Ok(list.into_any())
+            }
+        }
+    }
+}
+
+fn count_arg(count: Option<i64>) -> PyResult<usize> {
+    match count {
+        None => Ok(1),
+        Some(n) => validate::count(n, "count").py(),
+    }
+}
+
+#[pymethods]
+impl PyQueue {
+    #[new]
+    #[pyo3(signature = (name, *, url = None, prefix = "Queue:", visibility = 30.0))]
+    fn new(name: &Bound<'_, PyAny>, url: Option<&str>, prefix: &str, visibility: f64) -> PyResult<Self> {
+        let name = str_bytes(name, "name")?;
+        let mut opts = QueueOptions::default();
+        opts.prefix = prefix.as_bytes().to_vec();
+        opts.visibility = validate::ttl(visibility, "visibility").py()?;
+        let queue = ferrolock::Queue::new(&client(url)?, &name, opts).py()?;
+        Ok(Self { inner: Arc::new(queue) })
+    }
+
+    /// Add one id or many (one round trip); returns how many were new.
+    #[pyo3(signature = (ids, *, delay = 0.0))]
+    fn enqueue(&self, py: Python<'_>, ids: &Bound<'_, PyAny>, delay: f64) -> PyResult<usize> {
+        let ids: Vec<Vec<u8>> = if ids.is_instance_of::<PyString>() {
+            vec![str_bytes(ids, "ids")?]
+        } else if ids.is_instance_of::<PyBytes>() {
+            return Err(type_error("ids", "a str or an iterable of str", ids));
+        } else {
+            let iter = ids
+                .try_iter()
+                .map_err(|_| type_error("ids", "a str or an iterable of str", ids))?;
+            iter.map(|id| str_bytes(&id?, "each id")).collect::<PyResult<_>>()?
+        };
+        let queue = self.inner.clone();
+        quick(py, move || queue.enqueue(&ids, delay, None))
+    }
+
+    /// Take due tasks (see the stub for the return shapes).
+    #[pyo3(signature = (count = None, *, wait = 0.0))]
+    fn pop<'py>(&self, py: Python<'py>, count: Option<i64>, wait: f64) -> PyResult<Bound<'py, PyAny>> {
+        let n = count_arg(count)?;
+        let wait = wait_secs(wait)?;
+        let queue = self.inner.clone();
+        let tasks = blocking(py, None, move |hook| queue.pop(n, wait, hook))?;
+        self.tasks(py, tasks, Origin::Popped, count)
+    }
+
+    /// Read due tasks without taking them.
+    #[pyo3(signature = (count = None))]
+    fn top<'py>(&self, py: Python<'py>, count: Option<i64>) -> PyResult<Bound<'py, PyAny>> {
+        let n = count_arg(count)?;
+        let queue = self.inner.clone();
+        let tasks = quick(py, move || queue.top(n))?;
+        self.tasks(py, tasks, Origin::Peeked, count)
+    }
+
+    /// Remove `id` if its score is still exactly `score`.
+    fn dequeue(&self, py: Python<'_>, id: &Bound<'_, PyAny>, score: f64) -> PyResult<bool> {
+        let id = str_bytes(id, "id")?;
+        let queue = self.inner.clone();
+        quick(py, move || queue.dequeue(&id, score, None))
+    }
+
+    /// Reserve one due task until acked (see the stub).
+    #[pyo3(signature = (*, wait = 0.0, visibility = None))]
+    fn reserve<'py>(
+        &self,
+        py: Python<'py>,
+        wait: f64,
+        visibility: Option<f64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let wait: Wait = wait_secs(wait)?;
+        let visibility: Option<Duration> = visibility
+            .map(|v| validate::ttl(v, "visibility"))
+            .transpose()
+            .py()?;
+        let queue = self.inner.clone();
+        let task = blocking(py, None, move |hook| queue.reserve(visibility, wait, hook))?;
+        self.tasks(py, task.into_iter().collect(), Origin::Reserved, None)
+    }
+
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        let queue = self.inner.clone();
+        quick(py, move || queue.len()).map(|n| n as usize)
+    }
+
+    #[getter]
+    fn name<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyString>> {
+        bytes_str(py, self.inner.name())
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<ferrolock.Queue name={:?}>", String::from_utf8_lossy(self.inner.name()))
+    }
+}

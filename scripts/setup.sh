@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs everything ferrolock's build, tests, demo and benchmarks need on a
+# Debian 12 machine that already has Rust (rustup) and Python 3 with pip.
+# Idempotent: packages already present are not reinstalled.
+set -euo pipefail
+
+APT_PACKAGES=(redis-server redis-tools php8.2-cli php8.2-dev php8.2-redis libclang-dev clang openssl)
+PIP_PACKAGES=(maturin pytest pytest-timeout hypothesis mypy ruff redis python-redis-lock matplotlib)
+
+sudo_if_needed() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  sudo_if_needed apt-get update -q
+  sudo_if_needed env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
+fi
+# The Debian package starts a redis-server on 6379; ferrolock's tests and demo
+# start their own servers on free ports, so the system one is left alone.
+
+PY=${PYTHON:-python3}
+if ! "$PY" - "${PIP_PACKAGES[@]}" <<'PYEOF'
+import importlib.metadata as m, sys
+def has(p):
+    try:
+        m.version(p); return True
+    except m.PackageNotFoundError:
+        return False
+sys.exit(1 if [p for p in sys.argv[1:] if not has(p)] else 0)
+PYEOF
+then
+  echo "setup: installing Python packages"
+  "$PY" -m pip install -q --disable-pip-version-check --root-user-action=ignore "${PIP_PACKAGES[@]}"
+fi
+
+command -v cargo >/dev/null || { echo "setup: cargo not found; install Rust with rustup first" >&2; exit 1; }
+echo "setup: ok"

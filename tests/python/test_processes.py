@@ -1,0 +1,95 @@
+"""Processes, signals and fork."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from ferrolock import Lock, LockNotOwnedError
+
+CHILD = r"""
+import os, sys
+from ferrolock import Lock
+from tests.support.resp import Resp
+name, counter, port, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+raw = Resp(port)
+lock = Lock(name, timeout=120)
+for _ in range(rounds):
+    with lock:
+        v = int(raw.get(counter))
+        raw("SET", counter, v + 1)
+raw.close()
+"""
+
+
+def test_mutual_exclusion_4_processes_x_500(url, r, redis_server, name):
+    counter = f"{name}:value"
+    r("SET", counter, 0)
+    procs = [
+        subprocess.Popen([sys.executable, "-c", CHILD, name, counter, str(redis_server.port), "500"],
+                         env={**os.environ, "REDIS_URL": url}, cwd=os.getcwd())
+        for _ in range(4)
+    ]
+    for p in procs:
+        assert p.wait(timeout=300) == 0
+    assert int(r.get(counter)) == 2000
+
+
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="needs main thread")
+def test_ctrl_c_interrupts_a_blocked_acquire(url, name):
+    holder = Lock(name)
+    assert holder.acquire()
+    waiter = Lock(name)
+    timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        waiter.acquire()  # forever
+    elapsed = time.monotonic() - start
+    assert elapsed < 0.3 + 0.5, elapsed
+    assert waiter.token is None and not waiter.owned()
+    assert holder.owned(), "the holder is untouched"
+    holder.release()
+    assert waiter.acquire(blocking=False), "state clean: the waiter can lock afterwards"
+    waiter.release()
+
+
+def _child_after_fork(lock: Lock, conn) -> None:
+    try:
+        owned_locally = lock.token is not None
+        try:
+            lock.release()
+            released = True
+        except LockNotOwnedError:
+            released = False
+        other = Lock(lock.name + "-child")
+        ok = other.acquire(blocking=False)
+        other.release()
+        conn.send((owned_locally, released, ok, lock.owned()))
+    except Exception as e:  # noqa: BLE001
+        conn.send(repr(e))
+
+
+def test_fork_child_reconnects_and_does_not_own_the_parents_lock(url, name):
+    lock = Lock(name)
+    assert lock.acquire()
+    assert lock.owned()  # the pool now has a connection the child inherits
+    ctx = multiprocessing.get_context("fork")
+    parent_end, child_end = ctx.Pipe()
+    p = ctx.Process(target=_child_after_fork, args=(lock, child_end))
+    p.start()
+    result = parent_end.recv()
+    p.join(30)
+    assert result == (False, False, True, False), result
+    # The parent's connection and lock are intact.
+    assert lock.owned()
+    for _ in range(50):
+        assert lock.locked()
+    lock.release()

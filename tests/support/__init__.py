@@ -1,0 +1,1 @@
+"""Test support: real redis-servers on free loopback ports and a tiny RESP client."""
