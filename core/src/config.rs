@@ -41,6 +41,78 @@ pub fn default_url() -> String {
     }
 }
 
+/// The pieces of a connection given separately (legacy PHP `RedisFactory`
+/// arrays: `['host' => …, 'port' => …, 'password' => …, 'database' => …]`).
+#[derive(Debug, Clone, Default)]
+pub struct UrlParts {
+    /// Host name or IP; a path starting with `/` means a unix socket.
+    pub host: Option<String>,
+    /// TCP port (default 6379).
+    pub port: Option<u16>,
+    /// ACL user name.
+    pub username: Option<String>,
+    /// Password (AUTH).
+    pub password: Option<String>,
+    /// Database number.
+    pub db: Option<i64>,
+    /// Connect and command timeout, seconds.
+    pub timeout: Option<f64>,
+    /// Use TLS (`rediss://`).
+    pub tls: bool,
+}
+
+impl UrlParts {
+    /// The equivalent URL, with credentials percent-encoded.
+    pub fn to_url(&self) -> Result<String> {
+        let host = self.host.as_deref().unwrap_or("127.0.0.1");
+        let db = self.db.unwrap_or(0);
+        let mut query: Vec<(String, String)> = Vec::new();
+        if let Some(t) = self.timeout {
+            query.push(("connect_timeout".into(), t.to_string()));
+            query.push(("timeout".into(), t.to_string()));
+        }
+        let mut url = if host.starts_with('/') {
+            query.push(("db".into(), db.to_string()));
+            if let Some(u) = &self.username {
+                query.push(("user".into(), u.clone()));
+            }
+            if let Some(p) = &self.password {
+                query.push(("pass".into(), p.clone()));
+            }
+            url::Url::parse(&format!("unix://{host}"))
+        } else {
+            let scheme = if self.tls { "rediss" } else { "redis" };
+            let host = if host.contains(':') && !host.starts_with('[') {
+                format!("[{host}]")
+            } else {
+                host.to_owned()
+            };
+            url::Url::parse(&format!(
+                "{scheme}://{host}:{}/{db}",
+                self.port.unwrap_or(6379)
+            ))
+        }
+        .map_err(|e| {
+            Error::new(
+                ErrorKind::Config,
+                format!("invalid Redis host {host:?}: {e}"),
+            )
+        })?;
+        if !host.starts_with('/') {
+            if let Some(u) = &self.username {
+                let _ = url.set_username(u);
+            }
+            if let Some(p) = &self.password {
+                let _ = url.set_password(Some(p));
+            }
+        }
+        if !query.is_empty() {
+            url.query_pairs_mut().extend_pairs(query);
+        }
+        Ok(url.into())
+    }
+}
+
 /// Where Redis is and how to talk to it.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -478,6 +550,37 @@ mod tests {
             }
             _ => panic!("expected cluster"),
         }
+    }
+
+    #[test]
+    fn url_from_parts() {
+        let parts = UrlParts {
+            host: Some("10.0.0.1".into()),
+            port: Some(6380),
+            password: Some("p@ss:w/rd".into()),
+            db: Some(2),
+            timeout: Some(1.5),
+            ..UrlParts::default()
+        };
+        let url = parts.to_url().unwrap();
+        let c = Config::from_url(&url).unwrap();
+        match &c.target {
+            Target::Single(info) => {
+                assert_eq!(info.redis_settings().password(), Some("p@ss:w/rd"));
+                assert_eq!(info.redis_settings().db(), 2);
+            }
+            _ => panic!("single"),
+        }
+        assert_eq!(c.command_timeout(), Duration::from_millis(1500));
+        assert_eq!(
+            UrlParts::default().to_url().unwrap(),
+            "redis://127.0.0.1:6379/0"
+        );
+        let unix = UrlParts {
+            host: Some("/tmp/r.sock".into()),
+            ..UrlParts::default()
+        };
+        assert!(Config::from_url(&unix.to_url().unwrap()).is_ok());
     }
 
     #[test]

@@ -16,7 +16,7 @@
 //! }
 //! let queue = Queue::new(&client, b"mails", QueueOptions::default())?;
 //! queue.enqueue(&[b"42".as_slice()], 0.0, None)?;
-//! for task in queue.pop(10, Wait::Try, None)? {
+//! for task in queue.pop(10, Wait::Try, None, None)? {
 //!     println!("{} due at {}", String::from_utf8_lossy(&task.id), task.score);
 //! }
 //! # Ok::<(), ferrolock::Error>(())
@@ -43,7 +43,7 @@ pub mod testing;
 
 pub use client::Client;
 pub use config::{
-    Config, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_URL, default_url,
+    Config, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_URL, UrlParts, default_url,
 };
 pub use error::{Error, ErrorKind, Result};
 pub use lock::{DEFAULT_LOCK_PREFIX, DEFAULT_TTL, DistributedLock, Lock, LockOptions};

@@ -166,16 +166,19 @@ impl Queue {
 
     /// Takes up to `count` due tasks (lowest score first, ties by id), waiting
     /// for work as `wait` allows. Empty when none came in time.
+    /// `legacy_timeout`: how long to wait for a legacy client's queue lock
+    /// (default: the queue's `legacy_lock_timeout`).
     pub fn pop(
         &self,
         count: usize,
         wait: Wait,
+        legacy_timeout: Option<Duration>,
         interrupt: Option<Interrupt<'_>>,
     ) -> Result<Vec<Task>> {
         if count == 0 {
             return Err(Error::invalid("count must be >= 1, got 0"));
         }
-        self.take("pop", count, None, wait, interrupt)
+        self.take("pop", count, None, wait, legacy_timeout, interrupt)
     }
 
     /// Reserves one due task for `visibility` (default: the queue's): it leaves
@@ -194,7 +197,7 @@ impl Queue {
             )));
         }
         Ok(self
-            .take("reserve", 1, Some(visibility), wait, interrupt)?
+            .take("reserve", 1, Some(visibility), wait, None, interrupt)?
             .into_iter()
             .next())
     }
@@ -205,8 +208,10 @@ impl Queue {
         count: usize,
         visibility: Option<Duration>,
         wait: Wait,
+        legacy_timeout: Option<Duration>,
         interrupt: Option<Interrupt<'_>>,
     ) -> Result<Vec<Task>> {
+        let legacy_timeout = legacy_timeout.unwrap_or(self.opts.legacy_lock_timeout);
         let lease_ms = validate::millis(wait::lease_for(self.opts.recheck));
         let deadline = wait.deadline();
         let attempt = |waiter: &str| -> Result<Taken> {
@@ -233,17 +238,15 @@ impl Queue {
                 .arg(lease_ms)
                 .arg(visibility.map_or(0, validate::millis))
                 .arg(&receipt);
+            // While waiting for work, a legacy queue lock may hold us as long as the wait.
             let legacy_wait = match deadline {
-                Some(d) => Some(
-                    d.saturating_duration_since(Instant::now())
-                        .max(self.opts.legacy_lock_timeout),
-                ),
-                None if wait == Wait::Forever => {
-                    Some(Duration::from_secs_f64(validate::MAX_SECONDS))
-                }
-                None => None,
+                Some(d) => d
+                    .saturating_duration_since(Instant::now())
+                    .max(legacy_timeout),
+                None if wait == Wait::Forever => Duration::from_secs_f64(validate::MAX_SECONDS),
+                None => legacy_timeout,
             };
-            let reply = self.legacy_retry(legacy_wait, interrupt, || {
+            let reply = self.legacy_retry(Some(legacy_wait), interrupt, || {
                 self.client
                     .run(&self.label, |c| call.query::<Vec<Value>>(c.like()))
             })?;

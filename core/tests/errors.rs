@@ -54,7 +54,11 @@ fn bad_arguments_are_rejected_before_touching_redis() {
     }
     assert_eq!(Wait::from_secs(Some(0.0), "timeout").unwrap(), Wait::Try);
     assert_eq!(Wait::from_secs(None, "timeout").unwrap(), Wait::Forever);
-    assert!(q.pop(0, Wait::Try, None).unwrap_err().is_invalid_argument());
+    assert!(
+        q.pop(0, Wait::Try, None, None)
+            .unwrap_err()
+            .is_invalid_argument()
+    );
     assert!(q.top(0).unwrap_err().is_invalid_argument());
     assert!(
         q.enqueue(&["ok", ""], 0.0, None)
@@ -88,7 +92,7 @@ fn bad_arguments_are_rejected_before_touching_redis() {
         l.release().unwrap();
         q.enqueue(&[name], 0.0, None).unwrap();
     }
-    assert_eq!(q.pop(10, Wait::Try, None).unwrap().len(), 6);
+    assert_eq!(q.pop(10, Wait::Try, None, None).unwrap().len(), 6);
 }
 
 #[test]

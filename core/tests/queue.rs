@@ -48,10 +48,16 @@ fn pop_order_is_lowest_score_first_then_id() {
     q.enqueue(&["z", "a", "b"], -2.0, None).unwrap();
     q.enqueue(&["late"], -1.0, None).unwrap();
     assert_eq!(ids(&q.top(10).unwrap()), ["k", "m", "a", "b", "z", "late"]);
-    assert_eq!(ids(&q.pop(3, Wait::Try, None).unwrap()), ["k", "m", "a"]);
-    assert_eq!(ids(&q.pop(1, Wait::Try, None).unwrap()), ["b"]);
-    assert_eq!(ids(&q.pop(10, Wait::Try, None).unwrap()), ["z", "late"]);
-    assert!(q.pop(1, Wait::Try, None).unwrap().is_empty());
+    assert_eq!(
+        ids(&q.pop(3, Wait::Try, None, None).unwrap()),
+        ["k", "m", "a"]
+    );
+    assert_eq!(ids(&q.pop(1, Wait::Try, None, None).unwrap()), ["b"]);
+    assert_eq!(
+        ids(&q.pop(10, Wait::Try, None, None).unwrap()),
+        ["z", "late"]
+    );
+    assert!(q.pop(1, Wait::Try, None, None).unwrap().is_empty());
 }
 
 #[test]
@@ -59,10 +65,12 @@ fn delayed_tasks_are_invisible_until_due() {
     let q = Queue::new(&client(), b"q", queue_opts("delay")).unwrap();
     q.enqueue(&["later"], 0.4, None).unwrap();
     assert!(q.top(1).unwrap().is_empty());
-    assert!(q.pop(1, Wait::Try, None).unwrap().is_empty());
+    assert!(q.pop(1, Wait::Try, None, None).unwrap().is_empty());
     assert_eq!(q.len().unwrap(), 1, "len counts delayed tasks");
     let start = Instant::now();
-    let got = q.pop(1, Wait::For(Duration::from_secs(5)), None).unwrap();
+    let got = q
+        .pop(1, Wait::For(Duration::from_secs(5)), None, None)
+        .unwrap();
     assert_eq!(ids(&got), ["later"]);
     let waited = start.elapsed();
     assert!(
@@ -139,7 +147,7 @@ fn four_threads_popping_10000_tasks_get_each_exactly_once() {
                 barrier.wait();
                 loop {
                     let n = 1 + w * 3; // mixed batch sizes
-                    let got = q.pop(n, Wait::Try, None).unwrap();
+                    let got = q.pop(n, Wait::Try, None, None).unwrap();
                     if got.is_empty() {
                         break;
                     }
@@ -164,7 +172,9 @@ fn enqueue_wakes_a_blocked_pop_by_notification() {
     let q = Queue::new(&c, b"q", opts.clone()).unwrap();
     let consumer = thread::spawn(move || {
         let q = Queue::new(&c, b"q", opts).unwrap();
-        let got = q.pop(1, Wait::For(Duration::from_secs(20)), None).unwrap();
+        let got = q
+            .pop(1, Wait::For(Duration::from_secs(20)), None, None)
+            .unwrap();
         (ids(&got), Instant::now())
     });
     thread::sleep(Duration::from_millis(300));
@@ -213,7 +223,7 @@ fn reserve_ack_nack_and_visibility_timeout() {
             .unwrap()
     );
     assert_eq!(q.in_flight().unwrap(), 0);
-    assert_eq!(ids(&q.pop(5, Wait::Try, None).unwrap()), ["a"]);
+    assert_eq!(ids(&q.pop(5, Wait::Try, None, None).unwrap()), ["a"]);
 }
 
 #[test]

@@ -9,7 +9,7 @@ Connection: the ``url`` argument, else ``$REDIS_URL``, else
 """
 
 from ferrolock._errors import (
-    ConnectionError,  # noqa: A004
+    ConnectionError,
     FerrolockError,
     LockError,
     LockLostError,

@@ -36,6 +36,6 @@ class LockLostError(LockError):
     ``with`` block, or the watchdog could not renew it."""
 
 
-class ConnectionError(FerrolockError, builtins.ConnectionError):  # noqa: A001
+class ConnectionError(FerrolockError, builtins.ConnectionError):
     """Redis could not be reached, did not answer in time, or refused the
     credentials."""

@@ -65,7 +65,7 @@ def _release_quietly(lock: Any, future: asyncio.Future[None]) -> None:
         return  # the wait stopped without the lock
     try:
         lock.release()
-    except Exception:  # noqa: BLE001 - the task that wanted it is gone; the TTL frees it
+    except Exception:
         pass
 
 

@@ -10,7 +10,6 @@ use pyo3::types::{PyBytes, PyString};
 
 use crate::errors::{IntoPy, to_py};
 
-
 /// Runs `f` with the GIL released. `f` gets an interrupt hook that, while it
 /// waits, re-takes the GIL every 50 ms to run Python signal handlers (so
 /// Ctrl-C raises `KeyboardInterrupt`) and checks `cancel` (asyncio).
@@ -42,7 +41,10 @@ pub fn blocking<T: Send>(
 }
 
 /// Runs a short core call (one round trip) with the GIL released.
-pub fn quick<T: Send>(py: Python<'_>, f: impl FnOnce() -> ferrolock::Result<T> + Send) -> PyResult<T> {
+pub fn quick<T: Send>(
+    py: Python<'_>,
+    f: impl FnOnce() -> ferrolock::Result<T> + Send,
+) -> PyResult<T> {
     py.detach(f).map_err(|e| signal_or(py, e))
 }
 

@@ -62,7 +62,9 @@ pub fn to_py(err: Error) -> PyErr {
     let message = err.to_string();
     match err.kind() {
         ErrorKind::InvalidArgument | ErrorKind::Config => PyValueError::new_err(message),
-        ErrorKind::Connection | ErrorKind::Auth | ErrorKind::Timeout => Exc::Connection.err(message),
+        ErrorKind::Connection | ErrorKind::Auth | ErrorKind::Timeout => {
+            Exc::Connection.err(message)
+        }
         ErrorKind::NotOwned => Exc::NotOwned.err(message),
         ErrorKind::QueueLocked => Exc::Timeout.err(message),
         ErrorKind::Quorum => Exc::Lock.err(message),

@@ -38,10 +38,18 @@ pub struct PyLockBase {
 }
 
 impl PyLockBase {
-    fn new(inner: Arc<dyn DistributedLock>, timeout: Option<f64>, kind: &'static str) -> PyResult<Self> {
+    fn new(
+        inner: Arc<dyn DistributedLock>,
+        timeout: Option<f64>,
+        kind: &'static str,
+    ) -> PyResult<Self> {
         // Reject a bad default now rather than at the first acquire.
         wait_for(true, timeout, None)?;
-        Ok(Self { inner, timeout, kind })
+        Ok(Self {
+            inner,
+            timeout,
+            kind,
+        })
     }
 
     fn display_name(&self) -> String {
@@ -60,7 +68,11 @@ impl PyLockBase {
             Wait::For(d) => format!("within {:.3} s", d.as_secs_f64()),
             _ => "on the first attempt (timeout=0)".to_owned(),
         };
-        Err(Exc::Timeout.err(format!("{} {:?}: not acquired {within}", self.kind, self.display_name())))
+        Err(Exc::Timeout.err(format!(
+            "{} {:?}: not acquired {within}",
+            self.kind,
+            self.display_name()
+        )))
     }
 }
 
@@ -161,7 +173,9 @@ impl PyLockBase {
     }
 
     fn __aenter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        slf.py().import("ferrolock._helpers")?.call_method1("aenter", (slf,))
+        slf.py()
+            .import("ferrolock._helpers")?
+            .call_method1("aenter", (slf,))
     }
 
     #[pyo3(signature = (exc_type = None, exc = None, tb = None))]
@@ -177,11 +191,20 @@ impl PyLockBase {
     }
 
     /// Decorator form: `@Lock("x")`.
-    fn __call__<'py>(slf: &Bound<'py, Self>, func: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn __call__<'py>(
+        slf: &Bound<'py, Self>,
+        func: Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         if !func.is_callable() {
-            return Err(crate::errors::type_error("the decorated object", "callable", &func));
+            return Err(crate::errors::type_error(
+                "the decorated object",
+                "callable",
+                &func,
+            ));
         }
-        slf.py().import("ferrolock._helpers")?.call_method1("decorate", (slf, func))
+        slf.py()
+            .import("ferrolock._helpers")?
+            .call_method1("decorate", (slf, func))
     }
 
     /// One attempt (used by `async with` before handing the wait to a thread).
@@ -196,7 +219,11 @@ impl PyLockBase {
     }
 
     fn __repr__(&self) -> String {
-        let state = if self.inner.token().is_some() { "held" } else { "not held" };
+        let state = if self.inner.token().is_some() {
+            "held"
+        } else {
+            "not held"
+        };
         format!(
             "<ferrolock.{} name={:?} ttl={:?} {state}>",
             self.kind,
@@ -236,7 +263,10 @@ impl PyLock {
         opts.prefix = prefix.as_bytes().to_vec();
         opts.min_replicas = min_replicas;
         let lock = ferrolock::Lock::new(&client(url)?, &name, opts).py()?;
-        Ok(PyClassInitializer::from(PyLockBase::new(Arc::new(lock), timeout, "Lock")?).add_subclass(Self))
+        Ok(
+            PyClassInitializer::from(PyLockBase::new(Arc::new(lock), timeout, "Lock")?)
+                .add_subclass(Self),
+        )
     }
 }
 
@@ -257,7 +287,11 @@ impl PyRedlock {
     ) -> PyResult<PyClassInitializer<Self>> {
         let name = str_bytes(name, "name")?;
         if urls.is_instance_of::<PyString>() {
-            return Err(crate::errors::type_error("urls", "a list of URL strings", urls));
+            return Err(crate::errors::type_error(
+                "urls",
+                "a list of URL strings",
+                urls,
+            ));
         }
         let mut clients = Vec::new();
         for url in urls.try_iter()? {
@@ -269,6 +303,9 @@ impl PyRedlock {
         }
         let ttl = validate::ttl(ttl, "ttl").py()?;
         let lock = Redlock::new(clients, &name, ttl, prefix.as_bytes()).py()?;
-        Ok(PyClassInitializer::from(PyLockBase::new(Arc::new(lock), timeout, "Redlock")?).add_subclass(Self))
+        Ok(
+            PyClassInitializer::from(PyLockBase::new(Arc::new(lock), timeout, "Redlock")?)
+                .add_subclass(Self),
+        )
     }
 }

@@ -52,7 +52,9 @@ impl PyTask {
         match self.origin {
             Origin::Popped => Ok(true),
             Origin::Peeked => quick(py, move || queue.dequeue(&task.id, task.score, None)),
-            Origin::Reserved => quick(py, move || queue.ack(&task.id, task.receipt.as_deref().unwrap_or(""))),
+            Origin::Reserved => quick(py, move || {
+                queue.ack(&task.id, task.receipt.as_deref().unwrap_or(""))
+            }),
         }
     }
 
@@ -62,11 +64,13 @@ impl PyTask {
         let delay = validate::offset(delay, "delay").py()?;
         let (queue, task) = (self.queue.clone(), self.task.clone());
         match self.origin {
-            Origin::Popped => quick(py, move || queue.enqueue(&[&task.id], delay, None).map(|n| n == 1)),
+            Origin::Popped => quick(py, move || {
+                queue.enqueue(&[&task.id], delay, None).map(|n| n == 1)
+            }),
             Origin::Peeked => Ok(false),
-            Origin::Reserved => {
-                quick(py, move || queue.nack(&task.id, task.receipt.as_deref().unwrap_or(""), delay))
-            }
+            Origin::Reserved => quick(py, move || {
+                queue.nack(&task.id, task.receipt.as_deref().unwrap_or(""), delay)
+            }),
         }
     }
 
@@ -147,13 +151,20 @@ fn count_arg(count: Option<i64>) -> PyResult<usize> {
 impl PyQueue {
     #[new]
     #[pyo3(signature = (name, *, url = None, prefix = "Queue:", visibility = 30.0))]
-    fn new(name: &Bound<'_, PyAny>, url: Option<&str>, prefix: &str, visibility: f64) -> PyResult<Self> {
+    fn new(
+        name: &Bound<'_, PyAny>,
+        url: Option<&str>,
+        prefix: &str,
+        visibility: f64,
+    ) -> PyResult<Self> {
         let name = str_bytes(name, "name")?;
         let mut opts = QueueOptions::default();
         opts.prefix = prefix.as_bytes().to_vec();
         opts.visibility = validate::ttl(visibility, "visibility").py()?;
         let queue = ferrolock::Queue::new(&client(url)?, &name, opts).py()?;
-        Ok(Self { inner: Arc::new(queue) })
+        Ok(Self {
+            inner: Arc::new(queue),
+        })
     }
 
     /// Add one id or many (one round trip); returns how many were new.
@@ -167,7 +178,8 @@ impl PyQueue {
             let iter = ids
                 .try_iter()
                 .map_err(|_| type_error("ids", "a str or an iterable of str", ids))?;
-            iter.map(|id| str_bytes(&id?, "each id")).collect::<PyResult<_>>()?
+            iter.map(|id| str_bytes(&id?, "each id"))
+                .collect::<PyResult<_>>()?
         };
         let queue = self.inner.clone();
         quick(py, move || queue.enqueue(&ids, delay, None))
@@ -175,11 +187,16 @@ impl PyQueue {
 
     /// Take due tasks (see the stub for the return shapes).
     #[pyo3(signature = (count = None, *, wait = 0.0))]
-    fn pop<'py>(&self, py: Python<'py>, count: Option<i64>, wait: f64) -> PyResult<Bound<'py, PyAny>> {
+    fn pop<'py>(
+        &self,
+        py: Python<'py>,
+        count: Option<i64>,
+        wait: f64,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let n = count_arg(count)?;
         let wait = wait_secs(wait)?;
         let queue = self.inner.clone();
-        let tasks = blocking(py, None, move |hook| queue.pop(n, wait, hook))?;
+        let tasks = blocking(py, None, move |hook| queue.pop(n, wait, None, hook))?;
         self.tasks(py, tasks, Origin::Popped, count)
     }
 
@@ -228,6 +245,9 @@ impl PyQueue {
     }
 
     fn __repr__(&self) -> String {
-        format!("<ferrolock.Queue name={:?}>", String::from_utf8_lossy(self.inner.name()))
+        format!(
+            "<ferrolock.Queue name={:?}>",
+            String::from_utf8_lossy(self.inner.name())
+        )
     }
 }

@@ -6,7 +6,6 @@ import asyncio
 import time
 
 import pytest
-
 from ferrolock import Lock, LockTimeout
 
 

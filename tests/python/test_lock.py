@@ -5,10 +5,10 @@ from __future__ import annotations
 import threading
 import time
 
-import pytest
-
 import ferrolock
+import pytest
 from ferrolock import Lock, LockLostError, LockNotOwnedError, LockTimeout
+
 from tests.support.resp import Monitor
 
 
@@ -206,7 +206,7 @@ def test_mutual_exclusion_8_threads_x_500(url, r, name):
                 with lock:
                     v = int(raw.get(counter))
                     raw("SET", counter, v + 1)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             errors.append(e)
         finally:
             raw.close()

@@ -11,7 +11,6 @@ import threading
 import time
 
 import pytest
-
 from ferrolock import Lock, LockNotOwnedError
 
 CHILD = r"""
@@ -73,7 +72,7 @@ def _child_after_fork(lock: Lock, conn) -> None:
         ok = other.acquire(blocking=False)
         other.release()
         conn.send((owned_locally, released, ok, lock.owned()))
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         conn.send(repr(e))
 
 

@@ -10,6 +10,7 @@ import threading
 import time
 
 from ferrolock import Lock, LockLostError
+
 from tests.support.resp import Monitor
 
 HOLD_OR_WAIT = r"""
@@ -115,7 +116,7 @@ def test_watchdog_keeps_the_lock_past_3x_ttl_and_reports_loss(url, r, name):
     try:
         with lock:
             pass
-    except Exception:  # noqa: BLE001 - just reacquire cleanly below
+    except Exception:
         pass
     # LockLostError at the end of a with block whose lock was lost.
     try:

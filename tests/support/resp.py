@@ -55,7 +55,7 @@ class Resp:
         self.buf.close()
         self.sock.close()
 
-    def __enter__(self) -> "Resp":
+    def __enter__(self) -> Resp:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -88,7 +88,7 @@ class Monitor:
     def commands(self) -> list[str]:
         return [line.split("] ", 1)[1] for line in self.lines if "] " in line and " lua]" not in line]
 
-    def __enter__(self) -> "Monitor":
+    def __enter__(self) -> Monitor:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -1,0 +1,68 @@
+# ferrolock — the front door. `make help` lists the targets.
+# The same commands run in CI (.ci/run calls `make test`).
+
+SHELL := /bin/bash
+PYTHON ?= python3
+PHP_EXT := target/release/libferrolock_php.so
+export CARGO_TERM_COLOR ?= never
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## List the targets
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[1m%-10s\033[0m %s\n", $$1, $$2}'
+
+.PHONY: setup
+setup: ## Install system and Python packages (idempotent; Debian 12)
+	./scripts/setup.sh
+
+.PHONY: core
+core: ## Build the Rust core (release)
+	cargo build --release -p ferrolock
+
+.PHONY: php
+php: ## Build the PHP extension: target/release/libferrolock_php.so
+	cargo build --release -p ferrolock-php
+
+.PHONY: python
+python: ## Build and install the Python package (pip install .)
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check --root-user-action=ignore .
+
+.PHONY: build
+build: core php python ## Build everything
+
+.PHONY: test
+test: setup lint php python ## Lint, then run every test (Rust, Python, PHP, cross-language) against real redis-servers
+	cargo test -p ferrolock
+	$(PYTHON) -m pytest tests
+
+.PHONY: test-fast
+test-fast: ## Run the tests without rebuilding or installing anything
+	cargo test -p ferrolock
+	$(PYTHON) -m pytest tests -x
+
+.PHONY: lint
+lint: ## cargo fmt --check, clippy -D warnings, ruff, php -l
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings
+	$(PYTHON) -m ruff check python tests bench scripts
+	php -n -l php/ferrolock.stubs.php
+	@for f in tests/php/*.php tests/php/*/*.php; do php -n -l $$f >/dev/null || exit 1; done
+
+.PHONY: stubs
+stubs: php python ## Check the Python and PHP stubs against the built modules
+	$(PYTHON) -m mypy.stubtest ferrolock
+	$(PYTHON) -m pytest -q tests/python/test_stubs.py "tests/test_php.py::test_stubs_match_the_extension"
+
+.PHONY: demo
+demo: setup php python ## Demo: Python and PHP workers share a lock and a queue on a throwaway redis-server
+	$(PYTHON) scripts/demo.py
+
+.PHONY: bench
+bench: setup php python ## Benchmarks vs redis-py, python-redis-lock and a legacy PHP lock -> bench/results/
+	$(PYTHON) bench/run.py
+
+.PHONY: clean
+clean: ## Remove build products
+	cargo clean
+	rm -rf dist build .pytest_cache

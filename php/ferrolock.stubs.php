@@ -1,0 +1,128 @@
+<?php
+
+/**
+ * Stubs of the ferrolock PHP extension (for IDEs and static analysis).
+ *
+ * Kept in step with php/src/*.rs: the tests compare this file with the
+ * reflection of the built extension (class, method and parameter names,
+ * optionality and default values).
+ *
+ * Connection, for both classes: `$param` is a URL (`redis://`, `rediss://`,
+ * `unix://`, `redis+sentinel://`, `redis+cluster://`), or an array like the
+ * legacy RedisFactory (`host`, `port`, `password`, `database`, plus `url`,
+ * `username`, `timeout`, `tls`, `prefix`; RedisLock also `servers`, `fair`,
+ * `auto_renew`; RedisQueue also `lock_prefix`), or null: ini `ferrolock.url`,
+ * else `$REDIS_URL`, else `redis://127.0.0.1:6379/0`. Connections are opened
+ * lazily and reused across the requests of one worker.
+ *
+ * Errors: invalid arguments the legacy classes answered with false/[] give
+ * the same value plus an E_WARNING; wrong types throw TypeError; Redis
+ * unreachable or failing throws RedisLockException.
+ */
+
+/** Redis could not be reached, or answered with an error. */
+class RedisLockException extends RuntimeException {}
+
+/**
+ * Distributed locks, a drop-in replacement for the legacy RedisLock class
+ * (key `Lock:<name>`), without its bugs: acquiring is atomic, unlock and
+ * expire only touch a lock this object holds, waits are woken by the
+ * holder's unlock instead of polling.
+ */
+class RedisLock
+{
+    /**
+     * @param string|array|null $param Redis URL, connection array, or null.
+     *        Array extras: 'servers' => [url, ...] switches to Redlock over
+     *        those masters; 'fair' => true serves waiters in arrival order;
+     *        'auto_renew' => true renews held locks every expire/3 in the
+     *        background; 'prefix' => key prefix (default 'Lock:').
+     */
+    public function __construct(string|array|null $param = null) {}
+
+    /** The same object for the whole request. */
+    public static function instance(): RedisLock {}
+
+    /**
+     * Takes the lock `$name`.
+     *
+     * @param string $name Lock name (any bytes; "0" is valid).
+     * @param int|float $timeout 0: try once; > 0: wait up to that many seconds.
+     * @param int $expire Lifetime in seconds (at least 5); the lock frees itself
+     *        after it unless renewed with expire().
+     * @param int $waitIntervalUs Longest pause between re-checks while waiting
+     *        (waits are woken by notification; this only caps re-checks).
+     * @return bool True when acquired. Not reentrant: a second lock() of a name
+     *         this object holds fails (or waits), as in the legacy class.
+     */
+    public function lock(string $name, int|float $timeout = 0, int $expire = 15, int $waitIntervalUs = 100000): bool {}
+
+    /** Releases `$name` if this object holds it; false if it does not (anymore). */
+    public function unlock(string $name): bool {}
+
+    /** Releases every lock this object holds; true when all were still held. */
+    public function unlockAll(): bool {}
+
+    /** Sets the remaining lifetime of a held lock to max(`$expire`, 1) seconds. */
+    public function expire(string $name, int $expire): bool {}
+
+    /** True when this object holds `$name` (checked in Redis). */
+    public function isLocking(string $name): bool {}
+
+    /**
+     * Extra: the fencing token of this object's hold of `$name`, an integer that
+     * strictly increases per name across all holders; false when not held.
+     */
+    public function fencingToken(string $name): int|false {}
+}
+
+/**
+ * A task queue, a drop-in replacement for the legacy RedisQueue class (sorted
+ * set `Queue:<name>`, score = due unix time). Every operation is one atomic
+ * script; a legacy client holding `Lock:Queue:<name>` is waited for.
+ */
+class RedisQueue
+{
+    /** @param string|array|null $param Redis URL, connection array, or null. */
+    public function __construct(string|array|null $param = null) {}
+
+    /**
+     * Adds `$id` (or an array of ids) due `$afterInterval` seconds from now.
+     * Ids already queued keep their score.
+     *
+     * @param int $timeout Seconds to wait for a legacy client's queue lock.
+     */
+    public function enqueue(string $name, string|int|array $id, int $timeout = 10, int|float $afterInterval = 0): bool {}
+
+    /** Removes `$id` if its score is still exactly `$score`. */
+    public function dequeue(string $name, string|int $id, float $score, int $timeout = 10): bool {}
+
+    /**
+     * Takes up to `$count` due tasks, lowest score first.
+     *
+     * @return array|false `$count == 1`: ['id' => string, 'score' => float] or
+     *         false; `$count > 1`: a list of those (maybe empty).
+     */
+    public function pop(string $name, int $count = 1, int $timeout = 10): array|false {}
+
+    /** The tasks pop() would take, without taking them (same shapes). */
+    public function top(string $name, int $count = 1): array|false {}
+
+    /**
+     * Extra: reserves one due task for `$visibility` seconds, waiting up to
+     * `$wait` seconds for one (woken by enqueues). If it is not acked in time
+     * it returns to the queue.
+     *
+     * @return array|false ['id' => string, 'score' => float, 'receipt' => string]
+     */
+    public function reserve(string $name, int|float $visibility = 30, int|float $wait = 0): array|false {}
+
+    /** Extra: acknowledges a reserved task; false when the reservation was lost. */
+    public function ack(string $name, string|int $id, string $receipt): bool {}
+
+    /** Extra: gives a reserved task back, due after `$delay` seconds. */
+    public function nack(string $name, string|int $id, string $receipt, int|float $delay = 0): bool {}
+
+    /** Extra: number of queued tasks, due or delayed (reserved ones excluded). */
+    public function len(string $name): int {}
+}

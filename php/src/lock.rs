@@ -1,0 +1,275 @@
+//! `RedisLock`: the legacy class's methods over `ferrolock::Lock`.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::time::Duration;
+
+use ext_php_rs::convert::IntoZval;
+use ext_php_rs::exception::PhpResult;
+use ext_php_rs::prelude::*;
+use ext_php_rs::types::{ZendClassObject, Zval};
+use ferrolock::{Client, DistributedLock, Lock, LockOptions, Redlock, Wait, validate};
+
+use crate::args::{FloatArg, IntArg, StrArg, at, exception, guard, legacy, lock_exception, warn};
+use crate::connect::settings;
+
+/// Legacy minimum lock lifetime: `max((int)$expire, 5)`.
+const MIN_EXPIRE: i64 = 5;
+
+/// Longest accepted `$waitIntervalUs` (one hour).
+const MAX_WAIT_INTERVAL_US: i64 = 3_600_000_000;
+
+thread_local! {
+    /// `RedisLock::instance()` of the current request, released at request end.
+    static INSTANCE: RefCell<Option<Zval>> = const { RefCell::new(None) };
+}
+
+/// Drops the request singleton (called from RSHUTDOWN, while the object store
+/// is still alive).
+pub fn release_instance() {
+    let old = INSTANCE.with(|slot| slot.borrow_mut().take());
+    drop(old);
+}
+
+/// Distributed locks with the API of the legacy `RedisLock` class.
+#[php_class]
+#[php(name = "RedisLock")]
+pub struct RedisLock {
+    client: Option<Client>,
+    servers: Vec<Client>,
+    fair: bool,
+    auto_renew: bool,
+    prefix: Vec<u8>,
+    /// Locks this object holds (or held: a lost hold stays until unlock).
+    held: HashMap<Vec<u8>, Box<dyn DistributedLock>>,
+}
+
+impl RedisLock {
+    fn from_param(param: Option<&Zval>) -> PhpResult<Self> {
+        let s = settings(param, "RedisLock::__construct")?;
+        Ok(Self {
+            client: s.client,
+            servers: s.servers,
+            fair: s.fair,
+            auto_renew: s.auto_renew,
+            prefix: s
+                .prefix
+                .unwrap_or_else(|| ferrolock::DEFAULT_LOCK_PREFIX.as_bytes().to_vec()),
+            held: HashMap::new(),
+        })
+    }
+
+    fn new_lock(
+        &self,
+        name: &[u8],
+        ttl: Duration,
+        recheck: Duration,
+    ) -> ferrolock::Result<Box<dyn DistributedLock>> {
+        if !self.servers.is_empty() {
+            return Ok(Box::new(Redlock::new(
+                self.servers.clone(),
+                name,
+                ttl,
+                &self.prefix,
+            )?));
+        }
+        let client = self.client.as_ref().ok_or_else(|| {
+            ferrolock::Error::new(ferrolock::ErrorKind::Config, "no Redis configured")
+        })?;
+        let mut opts = LockOptions::default();
+        opts.ttl = ttl;
+        opts.prefix = self.prefix.clone();
+        opts.fair = self.fair;
+        opts.auto_renew = self.auto_renew;
+        opts.recheck = recheck;
+        Ok(Box::new(Lock::new(client, name, opts)?))
+    }
+}
+
+#[php_impl]
+impl RedisLock {
+    /// `new RedisLock(string|array|null $param = null)`.
+    #[php(defaults(param = None))]
+    pub fn __construct(param: Option<&Zval>) -> PhpResult<Self> {
+        guard(|| Self::from_param(param))
+    }
+
+    /// The same object for the whole request (the legacy singleton).
+    pub fn instance() -> PhpResult<&'static mut ZendClassObject<RedisLock>> {
+        guard(|| {
+            INSTANCE.with(|slot| {
+                let mut slot = slot.borrow_mut();
+                if slot.is_none() {
+                    let object = ZendClassObject::new(Self::from_param(None)?);
+                    let mut zv = Zval::new();
+                    // Moves the single reference into the slot (set_object would add one).
+                    object.set_zval(&mut zv, false)?;
+                    *slot = Some(zv);
+                }
+                let zobj = slot.as_mut().and_then(Zval::object_mut).ok_or_else(|| {
+                    lock_exception("RedisLock::instance(): singleton slot is empty")
+                })?;
+                let object =
+                    ZendClassObject::<RedisLock>::from_zend_obj_mut(zobj).ok_or_else(|| {
+                        lock_exception("RedisLock::instance(): singleton has the wrong class")
+                    })?;
+                // SAFETY: the object lives in INSTANCE until RSHUTDOWN; the
+                // generated handler turns this reference into a new zval ref at once.
+                Ok(unsafe { &mut *(object as *mut ZendClassObject<RedisLock>) })
+            })
+        })
+    }
+
+    /// Takes `$name`; `$timeout` 0 tries once, > 0 waits up to that many
+    /// seconds (woken by notification; `$waitIntervalUs` caps re-checks);
+    /// `$expire` is the lifetime in seconds, at least 5.
+    #[php(defaults(timeout = 0.into(), expire = 15.into(), waitIntervalUs = 100000.into()))]
+    pub fn lock(
+        &mut self,
+        name: StrArg,
+        timeout: FloatArg,
+        expire: IntArg,
+        waitIntervalUs: IntArg,
+    ) -> PhpResult<bool> {
+        guard(|| {
+            const F: &str = "RedisLock::lock";
+            let name = name.get(&at(F, 1, "name"))?;
+            let timeout = timeout.get(&at(F, 2, "timeout"), "int|float")?;
+            let expire = expire.get(&at(F, 3, "expire"))?;
+            let interval_us = waitIntervalUs.get(&at(F, 4, "waitIntervalUs"))?;
+            if let Err(e) = validate::name(&name, "lock name") {
+                warn(e.message());
+                return Ok(false);
+            }
+            let Some(ttl) = legacy(
+                validate::ttl(expire.max(MIN_EXPIRE) as f64, "expire").map(Some),
+                None,
+            )?
+            else {
+                return Ok(false);
+            };
+            let wait = if timeout.is_nan() || timeout <= 0.0 {
+                Wait::Try
+            } else {
+                match legacy(validate::seconds(timeout, "timeout", false).map(Some), None)? {
+                    Some(d) => Wait::For(d),
+                    None => return Ok(false),
+                }
+            };
+            let recheck =
+                Duration::from_micros(interval_us.clamp(1000, MAX_WAIT_INTERVAL_US) as u64);
+            let Some(lock) = legacy(self.new_lock(&name, ttl, recheck).map(Some), None)? else {
+                return Ok(false);
+            };
+            let acquired = lock.acquire(wait, None).map_err(exception)?;
+            if acquired {
+                // A hold of the same name that expired meanwhile is forgotten.
+                self.held.insert(name, lock);
+            }
+            Ok(acquired)
+        })
+    }
+
+    /// Releases `$name` if this object holds it; false otherwise.
+    pub fn unlock(&mut self, name: StrArg) -> PhpResult<bool> {
+        guard(|| {
+            let name = name.get(&at("RedisLock::unlock", 1, "name"))?;
+            if name.is_empty() {
+                warn("lock name must not be empty");
+                return Ok(false);
+            }
+            self.unlock_name(&name)
+        })
+    }
+
+    /// Releases every lock this object holds; true when all were still held.
+    #[php(name = "unlockAll")]
+    pub fn unlock_all(&mut self) -> PhpResult<bool> {
+        guard(|| {
+            let names: Vec<Vec<u8>> = self.held.keys().cloned().collect();
+            let mut all = true;
+            for name in names {
+                all &= self.unlock_name(&name)?;
+            }
+            Ok(all)
+        })
+    }
+
+    /// Sets the remaining lifetime of a held lock to max(`$expire`, 1) seconds.
+    pub fn expire(&mut self, name: StrArg, expire: IntArg) -> PhpResult<bool> {
+        guard(|| {
+            const F: &str = "RedisLock::expire";
+            let name = name.get(&at(F, 1, "name"))?;
+            let expire = expire.get(&at(F, 2, "expire"))?;
+            if name.is_empty() {
+                warn("lock name must not be empty");
+                return Ok(false);
+            }
+            let Some(lock) = self.held.get(&name) else {
+                return Ok(false);
+            };
+            let Some(ttl) = legacy(
+                validate::ttl(expire.max(1) as f64, "expire").map(Some),
+                None,
+            )?
+            else {
+                return Ok(false);
+            };
+            match lock.extend(Some(ttl)) {
+                Ok(()) => Ok(true),
+                Err(e) if e.is_not_owned() => Ok(false),
+                Err(e) => Err(exception(e)),
+            }
+        })
+    }
+
+    /// True when this object holds `$name` (checked in Redis).
+    #[php(name = "isLocking")]
+    pub fn is_locking(&self, name: StrArg) -> PhpResult<bool> {
+        guard(|| {
+            let name = name.get(&at("RedisLock::isLocking", 1, "name"))?;
+            if name.is_empty() {
+                warn("lock name must not be empty");
+                return Ok(false);
+            }
+            match self.held.get(&name) {
+                Some(lock) => lock.owned().map_err(exception),
+                None => Ok(false),
+            }
+        })
+    }
+
+    /// Extra: the fencing token of the current hold of `$name` (strictly
+    /// increasing per name across holders), or false when not held.
+    #[php(name = "fencingToken")]
+    pub fn fencing_token(&self, name: StrArg) -> PhpResult<Zval> {
+        guard(|| {
+            let name = name.get(&at("RedisLock::fencingToken", 1, "name"))?;
+            let mut out = Zval::new();
+            match self.held.get(&name).and_then(|l| l.fencing_token()) {
+                Some(f) => out.set_long(f),
+                None => out.set_bool(false),
+            }
+            Ok(out)
+        })
+    }
+}
+
+impl RedisLock {
+    fn unlock_name(&mut self, name: &[u8]) -> PhpResult<bool> {
+        let Some(lock) = self.held.get(name) else {
+            return Ok(false);
+        };
+        match lock.release() {
+            Ok(()) => {
+                self.held.remove(name);
+                Ok(true)
+            }
+            Err(e) if e.is_not_owned() => {
+                self.held.remove(name);
+                Ok(false)
+            }
+            Err(e) => Err(exception(e)),
+        }
+    }
+}
