@@ -60,8 +60,13 @@ def increments(url: str, r, mode: str, name: str, procs: int, rounds: int) -> in
     cmd = lambda: ["php", "-d", f"extension={PHP_EXT}", str(PHP / "workers" / "increment.php"),  # noqa: E731
                    mode, name, counter, str(rounds)]
     workers = [subprocess.Popen(cmd(), env={**os.environ, "REDIS_URL": url}) for _ in range(procs)]
-    for w in workers:
-        assert w.wait(timeout=600) == 0
+    try:
+        codes = [w.wait(timeout=600) for w in workers]
+    finally:
+        for w in workers:
+            w.kill()
+            w.wait()
+    assert codes == [0] * procs
     return int(r.get(counter))
 
 

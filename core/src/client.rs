@@ -69,8 +69,9 @@ struct Inner {
 struct Idle {
     pid: u32,
     conns: Vec<Conn>,
-    /// Plain connections to cluster nodes, for subscriptions.
-    node_conns: HashMap<(String, u16), Vec<redis::Connection>>,
+    /// Connections used for subscriptions, per cluster node (`None`: the
+    /// server or Sentinel master).
+    subscribers: HashMap<Option<(String, u16)>, Vec<redis::Connection>>,
     slot_map: Option<(Instant, SlotMap)>,
     /// Sentinel: the master client currently believed to be right.
     master: Option<redis::Client>,
@@ -125,7 +126,7 @@ impl Client {
                 idle: Mutex::new(Idle {
                     pid: current_pid(),
                     conns: Vec::new(),
-                    node_conns: HashMap::new(),
+                    subscribers: HashMap::new(),
                     slot_map: None,
                     master: None,
                     sentinel: None,
@@ -224,7 +225,7 @@ impl Client {
         if idle.pid != pid {
             // Forked: the sockets belong to the parent. Forget, never close.
             std::mem::forget(std::mem::take(&mut idle.conns));
-            std::mem::forget(std::mem::take(&mut idle.node_conns));
+            std::mem::forget(std::mem::take(&mut idle.subscribers));
             std::mem::forget(idle.sentinel.take());
             idle.master = None;
             idle.slot_map = None;
@@ -259,6 +260,7 @@ impl Client {
             // and drop idle connections that may point at the old master.
             idle.master = None;
             idle.conns.clear();
+            idle.subscribers.clear();
         }
         if e.is_cluster_error() || e.is_io_error() {
             idle.slot_map = None;
@@ -344,30 +346,25 @@ impl Client {
         Ok(client)
     }
 
-    /// A plain connection to the node that serves `key` (the server itself,
-    /// the Sentinel master, or the cluster node owning the key's slot), for
-    /// subscriptions. Return it with [`Client::checkin_plain`].
-    pub(crate) fn checkout_plain(&self, key: &[u8]) -> Result<PlainConn> {
+    /// A connection for a subscription, to the node that serves `key` (the
+    /// server itself, the Sentinel master, or the cluster node owning the
+    /// key's slot). Subscriber connections have a pool of their own: they
+    /// never carry ordinary commands, so a subscription that did not wind
+    /// down cleanly can never leave a stray reply in front of a command.
+    /// Return it with [`Client::checkin_subscriber`].
+    pub(crate) fn checkout_subscriber(&self, key: &[u8]) -> Result<Subscriber> {
         let ctx = self.inner.config.redacted_url();
-        match &self.inner.backend {
-            Backend::Single(_) | Backend::Sentinel => {
-                let (conn, _) = self.checkout()?;
-                match conn {
-                    Conn::Single(c) => Ok(PlainConn {
-                        conn: c,
-                        node: None,
-                    }),
-                    Conn::Cluster(_) => unreachable!("single backend yields single connections"),
-                }
-            }
-            Backend::Cluster(_) => {
-                let node = self.node_for(key)?;
-                if let Some(c) = self.idle().node_conns.get_mut(&node).and_then(Vec::pop) {
-                    return Ok(PlainConn {
-                        conn: c,
-                        node: Some(node),
-                    });
-                }
+        let node = match &self.inner.backend {
+            Backend::Single(_) | Backend::Sentinel => None,
+            Backend::Cluster(_) => Some(self.node_for(key)?),
+        };
+        if let Some(conn) = self.idle().subscribers.get_mut(&node).and_then(Vec::pop) {
+            return Ok(Subscriber { conn, node });
+        }
+        let client = match (&self.inner.backend, &node) {
+            (Backend::Single(client), _) => client.clone(),
+            (Backend::Sentinel, _) => self.master_client()?,
+            (Backend::Cluster(_), Some((host, port))) => {
                 let Target::Cluster {
                     node: settings,
                     tls,
@@ -378,44 +375,44 @@ impl Client {
                 };
                 let addr = match tls {
                     Some(mode) => redis::ConnectionAddr::TcpTls {
-                        host: node.0.clone(),
-                        port: node.1,
+                        host: host.clone(),
+                        port: *port,
                         insecure: *mode == redis::TlsMode::Insecure,
                         tls_params: None,
                     },
-                    None => redis::ConnectionAddr::Tcp(node.0.clone(), node.1),
+                    None => redis::ConnectionAddr::Tcp(host.clone(), *port),
                 };
                 let info = redis::IntoConnectionInfo::into_connection_info(addr)
                     .map_err(|e| Error::from_redis(ctx, e))?
                     .set_redis_settings(settings.clone());
-                let client = single_client(&info, &self.inner.config)
-                    .map_err(|e| Error::from_redis(ctx, e))?;
-                let conn = self
-                    .open_plain(&client)
-                    .map_err(|e| Error::from_redis(ctx, e))?;
-                Ok(PlainConn {
-                    conn,
-                    node: Some(node),
-                })
+                single_client(&info, &self.inner.config).map_err(|e| Error::from_redis(ctx, e))?
             }
+            (Backend::Cluster(_), None) => unreachable!("cluster subscribers have a node"),
+        };
+        let conn = self
+            .open_plain(&client)
+            .map_err(|e| Error::from_redis(ctx, e))?;
+        Ok(Subscriber { conn, node })
+    }
+
+    /// Returns a connection taken with [`Client::checkout_subscriber`].
+    pub(crate) fn checkin_subscriber(&self, sub: Subscriber) {
+        if !sub.conn.is_open() {
+            return;
+        }
+        let _ = sub
+            .conn
+            .set_read_timeout(Some(self.inner.config.command_timeout));
+        let mut idle = self.idle();
+        let list = idle.subscribers.entry(sub.node).or_default();
+        if list.len() < MAX_IDLE {
+            list.push(sub.conn);
         }
     }
 
-    /// Returns a connection taken with [`Client::checkout_plain`].
-    pub(crate) fn checkin_plain(&self, plain: PlainConn) {
-        if !plain.conn.is_open() {
-            return;
-        }
-        match plain.node {
-            None => self.checkin(Conn::Single(plain.conn)),
-            Some(node) => {
-                let mut idle = self.idle();
-                let list = idle.node_conns.entry(node).or_default();
-                if list.len() < MAX_IDLE {
-                    list.push(plain.conn);
-                }
-            }
-        }
+    /// The time allowed for one command (subscription replies included).
+    pub(crate) fn command_timeout(&self) -> Duration {
+        self.inner.config.command_timeout
     }
 
     /// Cluster: the master serving the slot of `key`, from `CLUSTER SLOTS`.
@@ -450,8 +447,8 @@ impl Client {
 /// Cluster slot ranges and the master serving each: `(first, last, host, port)`.
 type SlotMap = Vec<(u16, u16, String, u16)>;
 
-/// A plain connection checked out for a subscription.
-pub(crate) struct PlainConn {
+/// A connection checked out for a subscription.
+pub(crate) struct Subscriber {
     pub conn: redis::Connection,
     node: Option<(String, u16)>,
 }

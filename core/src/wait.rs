@@ -31,7 +31,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::client::{Client, PlainConn};
+use crate::client::{Client, Subscriber};
 use crate::error::{Error, ErrorKind, Result};
 
 /// Default longest interval between two re-checks of a waiting caller.
@@ -117,17 +117,21 @@ pub(crate) fn wait_loop<T>(
     let mut channel = channel_prefix.to_vec();
     channel.extend_from_slice(waiter_id.as_bytes());
     let context = "waiting";
-    let mut plain: PlainConn = client.checkout_plain(node_key)?;
+    let mut sub: Subscriber = client.checkout_subscriber(node_key)?;
     let outcome = {
-        let mut pubsub = plain.conn.as_pubsub();
+        let mut pubsub = sub.conn.as_pubsub();
         let subscribed = pubsub
             .subscribe(&channel)
             .map_err(|e| Error::from_redis(context, e));
-        match subscribed {
+        let outcome = match subscribed {
             Err(e) => Err(e),
             Ok(()) => run(&mut pubsub, spec, &waiter_id, &mut attempt),
-        }
-    }; // dropping the PubSub view unsubscribes
+        };
+        // Dropping the PubSub view unsubscribes and reads the confirmations:
+        // give it the full command timeout, not what is left of a slice.
+        let _ = pubsub.set_read_timeout(Some(client.command_timeout()));
+        outcome
+    };
     match &outcome {
         Ok(Some(_)) => {}
         // Gave up or failed: deregister (best effort; the lease expires anyway).
@@ -136,7 +140,7 @@ pub(crate) fn wait_loop<T>(
         }
     }
     if outcome.is_ok() {
-        client.checkin_plain(plain);
+        client.checkin_subscriber(sub);
     }
     outcome
 }

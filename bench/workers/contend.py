@@ -1,0 +1,50 @@
+"""Benchmark worker (Python): `rounds` critical sections on one lock.
+
+Usage: contend.py <impl> <url> <lock name> <counter key> <rounds> <start_at_ns> <cs_ms>
+impl: ferrolock | ferrolock-fair | redis-py | python-redis-lock
+Prints one JSON line: acquire waits (ns), critical-section start/end (monotonic ns).
+"""
+
+import json
+import sys
+import time
+
+import redis
+
+impl, url, name, counter, rounds, start_at, cs_ms = sys.argv[1:]
+rounds, start_at, cs = int(rounds), int(start_at), float(cs_ms) / 1000
+raw = redis.Redis.from_url(url)
+
+if impl.startswith("ferrolock"):
+    from ferrolock import Lock
+
+    lock = Lock(name, ttl=30, fair=impl.endswith("fair"), auto_renew=False)
+    acquire, release = (lambda: lock.acquire(timeout=120)), lock.release
+elif impl == "redis-py":
+    lock = raw.lock("Lock:" + name, timeout=30, blocking_timeout=120)
+    acquire, release = lock.acquire, lock.release
+elif impl == "python-redis-lock":
+    import redis_lock
+
+    lock = redis_lock.Lock(raw, name, expire=30)
+    acquire, release = (lambda: lock.acquire(timeout=120)), lock.release
+else:
+    sys.exit(f"unknown impl {impl}")
+
+raw.ping()
+lock_warm = None
+while time.monotonic_ns() < start_at:
+    time.sleep(0.0005)
+waits, spans = [], []
+for _ in range(rounds):
+    t0 = time.monotonic_ns()
+    assert acquire()
+    t1 = time.monotonic_ns()
+    value = int(raw.get(counter) or 0)  # deliberately non-atomic
+    time.sleep(cs)
+    raw.set(counter, value + 1)
+    t2 = time.monotonic_ns()
+    release()
+    waits.append(t1 - t0)
+    spans.append((t1, t2))
+print(json.dumps({"waits": waits, "spans": spans}))
