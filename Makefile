@@ -26,7 +26,7 @@ php: ## Build the PHP extension: target/release/libferrolock_php.so
 
 .PHONY: python
 python: ## Build and install the Python package (pip install .)
-	$(PYTHON) -m pip install --quiet --disable-pip-version-check --root-user-action=ignore .
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --force-reinstall --no-deps .
 
 .PHONY: build
 build: core php python ## Build everything

@@ -1,11 +1,11 @@
 <?php
 /** Benchmark worker (PHP): $rounds critical sections on one lock.
- *  Usage: contend.php <impl> <url> <lock name> <counter key> <rounds> <start_at_ns> <cs_ms>
+ *  Each critical section does a non-atomic read-modify-write of a shared counter file.
+ *  Usage: contend.php <impl> <url> <lock name> <counter file> <rounds> <start_at_ns> <cs_ms>
  *  impl: ferrolock | ferrolock-fair | legacy */
 require __DIR__ . '/../../tests/php/legacy/LegacyRedis.php';
 [, $impl, $url, $name, $counter, $rounds, $startAt, $csMs] = $argv;
 putenv("REDIS_URL=$url");
-$raw = legacy_redis();
 $lock = match ($impl) {
     'ferrolock' => new RedisLock($url),
     'ferrolock-fair' => new RedisLock(['url' => $url, 'fair' => true]),
@@ -24,9 +24,9 @@ for ($i = 0; $i < (int) $rounds; $i++) {
         exit(1);
     }
     $t1 = hrtime(true);
-    $value = (int) $raw->get($counter);
+    $value = (int) file_get_contents($counter);
     usleep((int) ((float) $csMs * 1000));
-    $raw->set($counter, $value + 1);
+    file_put_contents($counter, (string) ($value + 1));
     $t2 = hrtime(true);
     $lock->unlock($name);
     $waits[] = $t1 - $t0;

@@ -1,6 +1,10 @@
 """Benchmark worker (Python): `rounds` critical sections on one lock.
 
-Usage: contend.py <impl> <url> <lock name> <counter key> <rounds> <start_at_ns> <cs_ms>
+Each critical section does a deliberately non-atomic read-modify-write of a
+counter file shared by all workers (lost updates show a broken lock) and
+sleeps `cs_ms`.
+
+Usage: contend.py <impl> <url> <lock name> <counter file> <rounds> <start_at_ns> <cs_ms>
 impl: ferrolock | ferrolock-fair | redis-py | python-redis-lock
 Prints one JSON line: acquire waits (ns), critical-section start/end (monotonic ns).
 """
@@ -26,13 +30,12 @@ elif impl == "redis-py":
 elif impl == "python-redis-lock":
     import redis_lock
 
-    lock = redis_lock.Lock(raw, name, expire=30)
+    lock = redis_lock.Lock(raw, name, expire=120)
     acquire, release = (lambda: lock.acquire(timeout=120)), lock.release
 else:
     sys.exit(f"unknown impl {impl}")
 
 raw.ping()
-lock_warm = None
 while time.monotonic_ns() < start_at:
     time.sleep(0.0005)
 waits, spans = [], []
@@ -40,9 +43,12 @@ for _ in range(rounds):
     t0 = time.monotonic_ns()
     assert acquire()
     t1 = time.monotonic_ns()
-    value = int(raw.get(counter) or 0)  # deliberately non-atomic
-    time.sleep(cs)
-    raw.set(counter, value + 1)
+    with open(counter, "r+") as f:  # deliberately non-atomic
+        value = int(f.read() or 0)
+        time.sleep(cs)
+        f.seek(0)
+        f.write(str(value + 1))
+        f.truncate()
     t2 = time.monotonic_ns()
     release()
     waits.append(t1 - t0)

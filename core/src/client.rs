@@ -85,8 +85,21 @@ enum Backend {
     Cluster(redis::cluster::ClusterClient),
 }
 
-fn current_pid() -> u32 {
-    std::process::id()
+/// The id of this process, without a system call per operation: cached, and
+/// refreshed in a forked child by a `pthread_atfork` handler.
+pub(crate) fn current_pid() -> u32 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static PID: AtomicU32 = AtomicU32::new(0);
+    extern "C" fn refresh_in_child() {
+        PID.store(std::process::id(), Ordering::Relaxed);
+    }
+    static REGISTER: std::sync::Once = std::sync::Once::new();
+    REGISTER.call_once(|| {
+        PID.store(std::process::id(), Ordering::Relaxed);
+        // SAFETY: registers a handler that only stores to an atomic.
+        unsafe { libc::pthread_atfork(None, None, Some(refresh_in_child)) };
+    });
+    PID.load(Ordering::Relaxed)
 }
 
 impl Client {
@@ -348,9 +361,10 @@ impl Client {
 
     /// A connection for a subscription, to the node that serves `key` (the
     /// server itself, the Sentinel master, or the cluster node owning the
-    /// key's slot). Subscriber connections have a pool of their own: they
-    /// never carry ordinary commands, so a subscription that did not wind
-    /// down cleanly can never leave a stray reply in front of a command.
+    /// key's slot). Subscriber connections speak RESP3, where subscription
+    /// traffic arrives as push frames: they can unsubscribe without waiting
+    /// for the confirmation (the next user skips it). They have a pool of
+    /// their own and never carry ordinary commands.
     /// Return it with [`Client::checkin_subscriber`].
     pub(crate) fn checkout_subscriber(&self, key: &[u8]) -> Result<Subscriber> {
         let ctx = self.inner.config.redacted_url();
@@ -362,8 +376,19 @@ impl Client {
             return Ok(Subscriber { conn, node });
         }
         let client = match (&self.inner.backend, &node) {
-            (Backend::Single(client), _) => client.clone(),
-            (Backend::Sentinel, _) => self.master_client()?,
+            (Backend::Single(_) | Backend::Sentinel, _) => {
+                let client = match &self.inner.backend {
+                    Backend::Single(c) => c.clone(),
+                    _ => self.master_client()?,
+                };
+                let info = client.get_connection_info().clone();
+                let settings = info
+                    .redis_settings()
+                    .clone()
+                    .set_protocol(redis::ProtocolVersion::RESP3);
+                single_client(&info.set_redis_settings(settings), &self.inner.config)
+                    .map_err(|e| Error::from_redis(ctx, e))?
+            }
             (Backend::Cluster(_), Some((host, port))) => {
                 let Target::Cluster {
                     node: settings,
@@ -384,7 +409,9 @@ impl Client {
                 };
                 let info = redis::IntoConnectionInfo::into_connection_info(addr)
                     .map_err(|e| Error::from_redis(ctx, e))?
-                    .set_redis_settings(settings.clone());
+                    .set_redis_settings(
+                        settings.clone().set_protocol(redis::ProtocolVersion::RESP3),
+                    );
                 single_client(&info, &self.inner.config).map_err(|e| Error::from_redis(ctx, e))?
             }
             (Backend::Cluster(_), None) => unreachable!("cluster subscribers have a node"),

@@ -13,7 +13,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::keys::LockKeys;
 use crate::scripts::{LOCK_ACQUIRE, LOCK_EXTEND, LOCK_LEAVE, LOCK_RELEASE};
 use crate::validate;
-use crate::wait::{self, Attempt, Interrupt, Wait, WaitSpec};
+use crate::wait::{self, Attempt, Interrupt, Leaving, Wait, WaitSpec};
 use crate::watchdog::{self, Lease};
 
 /// Default lock TTL.
@@ -94,7 +94,7 @@ struct Held {
 impl State {
     /// The hold of this process (a forked child does not own its parent's locks).
     fn held_here(&mut self) -> Option<&mut Held> {
-        let pid = std::process::id();
+        let pid = crate::client::current_pid();
         self.held.as_mut().filter(|h| h.pid == pid)
     }
 }
@@ -170,24 +170,22 @@ impl Lock {
             Tried::Busy(_) if wait == Wait::Try => None,
             Tried::Busy(_) => {
                 let recheck = self.opts.recheck;
-                let lease_ms = validate::millis(wait::lease_for(recheck));
                 let spec = WaitSpec {
                     deadline: wait.deadline(),
                     recheck,
                     interrupt,
+                };
+                let waiter = LockWaiter {
+                    lock: self,
+                    token: &token,
+                    lease_ms: validate::millis(wait::lease_for(recheck)),
                 };
                 wait::wait_loop(
                     &self.client,
                     &self.keys.lock,
                     &self.keys.channel,
                     spec,
-                    |waiter| {
-                        Ok(match self.attempt_as(&token, waiter, lease_ms)? {
-                            Tried::Acquired(f) => Attempt::Done(f),
-                            Tried::Busy(hint) => Attempt::Retry(hint),
-                        })
-                    },
-                    |waiter| self.leave(waiter),
+                    &waiter,
                 )
                 .map_err(|e| {
                     if e.is_interrupted() {
@@ -221,7 +219,7 @@ impl Lock {
         st.held = Some(Held {
             token,
             fence,
-            pid: std::process::id(),
+            pid: crate::client::current_pid(),
             depth: 1,
             lease,
         });
@@ -257,16 +255,6 @@ impl Lock {
         })
     }
 
-    fn leave(&self, waiter: &str) -> Result<()> {
-        let k = &self.keys;
-        let call = LOCK_LEAVE
-            .call(&[&k.lock, &k.waiters, &k.leases])
-            .arg(waiter)
-            .arg(&k.channel);
-        self.client
-            .run(&self.label, |c| call.query::<i64>(c.like()).map(drop))
-    }
-
     /// `WAIT min_replicas`: undo the acquire if too few replicas confirm it.
     fn confirm_replicas(&self, token: &str) -> Result<()> {
         let want = self.opts.min_replicas;
@@ -290,7 +278,7 @@ impl Lock {
     fn release_token(&self, token: &str) -> Result<bool> {
         let k = &self.keys;
         let call = LOCK_RELEASE
-            .call(&[&k.lock, &k.waiters, &k.leases])
+            .call(&[&k.lock, &k.fence, &k.waiters, &k.leases])
             .arg(token)
             .arg(&k.channel);
         let released: i64 = self.client.run(&self.label, |c| call.query(c.like()))?;
@@ -513,6 +501,56 @@ impl DistributedLock for Lock {
     }
     fn ttl(&self) -> Duration {
         self.opts.ttl
+    }
+}
+
+/// One blocked acquire of a [`Lock`], driven by [`wait::wait_loop`].
+struct LockWaiter<'a> {
+    lock: &'a Lock,
+    token: &'a str,
+    lease_ms: u64,
+}
+
+impl wait::Waiting for LockWaiter<'_> {
+    type Output = i64;
+
+    fn attempt(&self, waiter: &str) -> Result<Attempt<i64>> {
+        Ok(
+            match self.lock.attempt_as(self.token, waiter, self.lease_ms)? {
+                Tried::Acquired(f) => Attempt::Done(f),
+                Tried::Busy(hint) => Attempt::Retry(hint),
+            },
+        )
+    }
+
+    /// The release script handed the lock over: `g:<fencing token>`.
+    fn granted(&self, message: &[u8]) -> Option<i64> {
+        std::str::from_utf8(message.strip_prefix(b"g:")?)
+            .ok()?
+            .parse()
+            .ok()
+    }
+
+    fn leave(&self, waiter: &str, how: Leaving) -> Result<Option<i64>> {
+        let lock = self.lock;
+        let k = &lock.keys;
+        let member = format!(
+            "{waiter}|{}|{}",
+            validate::millis(lock.opts.ttl),
+            self.token
+        );
+        let give_back = matches!(how, Leaving::Abandoned);
+        let call = LOCK_LEAVE
+            .call(&[&k.lock, &k.fence, &k.waiters, &k.leases])
+            .arg(member)
+            .arg(self.token)
+            .arg(if give_back { "1" } else { "0" })
+            .arg(&k.channel);
+        let reply: Vec<i64> = lock.client.run(&lock.label, |c| call.query(c.like()))?;
+        Ok(match reply.as_slice() {
+            [1, fence] => Some(*fence),
+            _ => None,
+        })
     }
 }
 

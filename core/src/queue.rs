@@ -262,18 +262,21 @@ impl Queue {
             recheck: self.opts.recheck,
             interrupt,
         };
-        let got = wait::wait_loop(
-            &self.client,
-            &self.keys.queue,
-            &self.keys.channel,
-            spec,
-            |waiter| {
+        let waiter = wait::WakeOnly {
+            attempt: |waiter: &str| {
                 Ok(match attempt(waiter)? {
                     Taken::Tasks(t) => Attempt::Done(t),
                     Taken::Empty(hint) => Attempt::Retry(hint),
                 })
             },
-            |waiter| self.leave(waiter),
+            leave: |waiter: &str| self.leave(waiter),
+        };
+        let got = wait::wait_loop(
+            &self.client,
+            &self.keys.queue,
+            &self.keys.channel,
+            spec,
+            &waiter,
         )
         .map_err(|e| {
             if e.is_interrupted() {

@@ -138,7 +138,7 @@ impl Redlock {
                 *lock(&self.state) = Some(Held {
                     token,
                     fence: granted.iter().copied().max().unwrap_or(0),
-                    pid: std::process::id(),
+                    pid: crate::client::current_pid(),
                     valid_until: start + validity,
                 });
                 self.lost.store(false, Ordering::Release);
@@ -177,7 +177,7 @@ impl Redlock {
         let k = &self.keys;
         self.on_all(|c| {
             let call = LOCK_RELEASE
-                .call(&[&k.lock, &k.waiters, &k.leases])
+                .call(&[&k.lock, &k.fence, &k.waiters, &k.leases])
                 .arg(token)
                 .arg(&k.channel);
             c.run(&self.label, |conn| call.query::<i64>(conn.like()))
@@ -190,7 +190,7 @@ impl Redlock {
     fn held_token(&self) -> Option<String> {
         lock(&self.state)
             .as_ref()
-            .filter(|h| h.pid == std::process::id())
+            .filter(|h| h.pid == crate::client::current_pid())
             .map(|h| h.token.clone())
     }
 
@@ -308,7 +308,7 @@ impl Redlock {
     pub fn fencing_token(&self) -> Option<i64> {
         lock(&self.state)
             .as_ref()
-            .filter(|h| h.pid == std::process::id())
+            .filter(|h| h.pid == crate::client::current_pid())
             .map(|h| h.fence)
     }
 
@@ -319,7 +319,7 @@ impl Redlock {
         }
         lock(&self.state)
             .as_ref()
-            .is_some_and(|h| h.pid == std::process::id() && Instant::now() >= h.valid_until)
+            .is_some_and(|h| h.pid == crate::client::current_pid() && Instant::now() >= h.valid_until)
     }
 
     fn not_owned(&self, why: &str) -> Error {

@@ -101,61 +101,122 @@ pub(crate) fn lease_for(recheck: Duration) -> Duration {
     recheck * 3 + Duration::from_millis(500)
 }
 
-/// Runs `attempt` until it is done, the deadline passes (→ `Ok(None)`), or the
-/// interrupt hook fails. Between attempts it listens on
-/// `channel_prefix + waiter_id` (subscribed on the node serving `node_key`).
-/// `leave` runs when giving up, to deregister the waiter.
-pub(crate) fn wait_loop<T>(
+/// How a wait ends for the waiter's registration.
+pub(crate) enum Leaving {
+    /// The deadline passed: keep the object if it was handed over meanwhile.
+    TimedOut,
+    /// Interrupted or failed: give back anything handed over meanwhile.
+    Abandoned,
+}
+
+/// The steps of one waiter, supplied by the lock or queue being waited on.
+pub(crate) trait Waiting {
+    /// What a successful wait yields.
+    type Output;
+    /// One attempt, registering as `waiter` when it cannot succeed now.
+    fn attempt(&self, waiter: &str) -> Result<Attempt<Self::Output>>;
+    /// A message on the waiter's channel that completes the wait by itself
+    /// (a lock handed over), or `None` for a plain wake-up.
+    fn granted(&self, message: &[u8]) -> Option<Self::Output>;
+    /// Deregisters `waiter`; `Some` when it turns out the wait succeeded.
+    fn leave(&self, waiter: &str, how: Leaving) -> Result<Option<Self::Output>>;
+}
+
+/// A waiter that is only ever woken (never handed the result by a message):
+/// queue consumers, whose wake-up means "try again".
+pub(crate) struct WakeOnly<A, L> {
+    /// One attempt.
+    pub attempt: A,
+    /// Deregistration.
+    pub leave: L,
+}
+
+impl<T, A, L> Waiting for WakeOnly<A, L>
+where
+    A: Fn(&str) -> Result<Attempt<T>>,
+    L: Fn(&str) -> Result<()>,
+{
+    type Output = T;
+
+    fn attempt(&self, waiter: &str) -> Result<Attempt<T>> {
+        (self.attempt)(waiter)
+    }
+
+    fn granted(&self, _message: &[u8]) -> Option<T> {
+        None
+    }
+
+    fn leave(&self, waiter: &str, _how: Leaving) -> Result<Option<T>> {
+        (self.leave)(waiter).map(|()| None)
+    }
+}
+
+/// Runs `w.attempt` until it succeeds, a message grants success, the
+/// deadline passes (→ `Ok(None)`), or the interrupt hook fails. Between
+/// attempts it listens on `channel_prefix + waiter_id`, subscribed on the
+/// node serving `node_key` before the first registering attempt.
+pub(crate) fn wait_loop<W: Waiting>(
     client: &Client,
     node_key: &[u8],
     channel_prefix: &[u8],
     spec: WaitSpec<'_>,
-    mut attempt: impl FnMut(&str) -> Result<Attempt<T>>,
-    leave: impl Fn(&str) -> Result<()>,
-) -> Result<Option<T>> {
+    w: &W,
+) -> Result<Option<W::Output>> {
     let waiter_id = crate::new_token();
     let mut channel = channel_prefix.to_vec();
     channel.extend_from_slice(waiter_id.as_bytes());
-    let context = "waiting";
     let mut sub: Subscriber = client.checkout_subscriber(node_key)?;
-    let outcome = {
-        let mut pubsub = sub.conn.as_pubsub();
-        let subscribed = pubsub
-            .subscribe(&channel)
-            .map_err(|e| Error::from_redis(context, e));
-        let outcome = match subscribed {
-            Err(e) => Err(e),
-            Ok(()) => run(&mut pubsub, spec, &waiter_id, &mut attempt),
-        };
-        // Dropping the PubSub view unsubscribes and reads the confirmations:
-        // give it the full command timeout, not what is left of a slice.
-        let _ = pubsub.set_read_timeout(Some(client.command_timeout()));
-        outcome
-    };
-    match &outcome {
-        Ok(Some(_)) => {}
-        // Gave up or failed: deregister (best effort; the lease expires anyway).
-        _ => {
-            let _ = leave(&waiter_id);
+    let outcome = subscribe(&mut sub.conn, &channel, client.command_timeout())
+        .and_then(|()| run(&mut sub.conn, &channel, spec, &waiter_id, w));
+    let outcome = match outcome {
+        Ok(Some(v)) => Ok(Some(v)),
+        // Timed out: deregister; a hand-over that raced the deadline counts.
+        Ok(None) => w.leave(&waiter_id, Leaving::TimedOut),
+        Err(e) => {
+            // Best effort: the lease expires anyway if this fails too.
+            let _ = w.leave(&waiter_id, Leaving::Abandoned);
+            Err(e)
         }
-    }
-    if outcome.is_ok() {
+    };
+    // Unsubscribe without waiting for the confirmation: the next user of the
+    // connection skips it. A connection that cannot even send this is dropped.
+    if sub.conn.unsubscribe_resp3(&channel).is_ok() {
         client.checkin_subscriber(sub);
     }
     outcome
 }
 
-fn run<T>(
-    pubsub: &mut redis::PubSub<'_>,
+/// SUBSCRIBE, then wait for its confirmation (push frames of earlier,
+/// finished waits on this connection are skipped).
+fn subscribe(conn: &mut redis::Connection, channel: &[u8], timeout: Duration) -> Result<()> {
+    let fail = |e| Error::from_redis("subscribing", e);
+    conn.set_read_timeout(Some(timeout)).map_err(fail)?;
+    conn.subscribe_resp3(channel).map_err(fail)?;
+    loop {
+        if let redis::Value::Push {
+            kind: redis::PushKind::Subscribe,
+            data,
+        } = conn.recv_response().map_err(fail)?
+        {
+            if matches!(data.first(), Some(redis::Value::BulkString(c)) if c == channel) {
+                return Ok(());
+            }
+        }
+    }
+}
+
+fn run<W: Waiting>(
+    conn: &mut redis::Connection,
+    channel: &[u8],
     spec: WaitSpec<'_>,
     waiter_id: &str,
-    attempt: &mut impl FnMut(&str) -> Result<Attempt<T>>,
-) -> Result<Option<T>> {
+    w: &W,
+) -> Result<Option<W::Output>> {
     loop {
         if let Some(check) = spec.interrupt {
             check()?;
         }
-        let hint = match attempt(waiter_id)? {
+        let hint = match w.attempt(waiter_id)? {
             Attempt::Done(v) => return Ok(Some(v)),
             Attempt::Retry(hint) => hint,
         };
@@ -170,33 +231,51 @@ fn run<T>(
             }
             pause = pause.min(left);
         }
-        listen(pubsub, pause, spec.interrupt)?;
+        if let Some(message) = listen(conn, channel, pause, spec.interrupt)?
+            && let Some(v) = w.granted(&message)
+        {
+            return Ok(Some(v));
+        }
     }
 }
 
-/// Waits up to `pause` for a message on the subscribed channel, consulting
-/// `interrupt` every [`INTERRUPT_SLICE`]. Returns on a message or at the end
-/// of the pause; only the interrupt hook or a broken connection are errors.
+/// Waits up to `pause` for a message on `channel`, consulting `interrupt`
+/// every [`INTERRUPT_SLICE`]. Returns the payload, or `None` at the end of the
+/// pause; only the interrupt hook or a broken connection are errors.
 fn listen(
-    pubsub: &mut redis::PubSub<'_>,
+    conn: &mut redis::Connection,
+    channel: &[u8],
     pause: Duration,
     interrupt: Option<Interrupt<'_>>,
-) -> Result<()> {
+) -> Result<Option<Vec<u8>>> {
     let until = Instant::now() + pause;
     loop {
         let left = until.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Ok(());
+            return Ok(None);
         }
         let slice = match interrupt {
             Some(_) => left.min(INTERRUPT_SLICE),
             None => left,
         };
-        pubsub
-            .set_read_timeout(Some(slice.max(Duration::from_millis(1))))
+        conn.set_read_timeout(Some(slice.max(Duration::from_millis(1))))
             .map_err(|e| Error::from_redis("waiting", e))?;
-        match pubsub.get_message() {
-            Ok(_) => return Ok(()),
+        match conn.recv_response() {
+            Ok(redis::Value::Push {
+                kind: redis::PushKind::Message,
+                data,
+            }) => {
+                // Messages for channels of earlier waits on this connection are stale.
+                if let [
+                    redis::Value::BulkString(c),
+                    redis::Value::BulkString(payload),
+                ] = data.as_slice()
+                    && c == channel
+                {
+                    return Ok(Some(payload.clone()));
+                }
+            }
+            Ok(_) => {} // (un)subscribe confirmations
             // A slice ended, or a signal interrupted the read (EINTR): the
             // subscription is intact; let the hook decide whether to go on.
             Err(e) if e.is_timeout() || is_eintr(&e) => {

@@ -84,7 +84,7 @@ fn watchdog() -> &'static Watchdog {
     static W: OnceLock<Watchdog> = OnceLock::new();
     W.get_or_init(|| Watchdog {
         state: Mutex::new(State {
-            pid: std::process::id(),
+            pid: crate::client::current_pid(),
             entries: Vec::new(),
             running: false,
         }),
@@ -94,7 +94,7 @@ fn watchdog() -> &'static Watchdog {
 
 fn state() -> std::sync::MutexGuard<'static, State> {
     let mut st = lock(&watchdog().state);
-    let pid = std::process::id();
+    let pid = crate::client::current_pid();
     if st.pid != pid {
         // Forked child: the parent's leases and thread are not ours.
         std::mem::forget(std::mem::take(&mut st.entries));
@@ -135,7 +135,7 @@ pub(crate) fn unregister(lease: &Arc<Lease>) {
 
 fn run() {
     let w = watchdog();
-    let pid = std::process::id();
+    let pid = crate::client::current_pid();
     let mut st = state();
     loop {
         if st.pid != pid {

@@ -4,34 +4,47 @@
 --       lease_ms, channel prefix
 -- Returns {1, fencing_token} when taken;
 --         {0, pttl} when held by another owner (pttl of the holder, ms);
---         {0, -1} when free but another waiter's turn (fair mode).
+--         {0, -1} when it was just handed to an older waiter (fair mode).
 local lock, fence, waiters, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local token, ttl, me = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local token, ttl, id = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local fair, lease, channel = ARGV[4] == '1', tonumber(ARGV[5]), ARGV[6]
+local me = ''
+if id ~= '' then me = id .. '|' .. ARGV[2] .. '|' .. token end
 
 local holder = redis.call('GET', lock)
 if holder == token then
-  -- A retried acquire whose first reply was lost: the lock is already ours.
+  -- Handed over to us, or a retried acquire whose first reply was lost.
+  if me ~= '' then remove_waiter(waiters, leases, me) end
   return {1, tonumber(redis.call('GET', fence) or '0')}
 end
 
 local now = now_us()
+if not holder and not fair then
+  -- The common case, kept short: free, and newcomers may take it.
+  redis.call('SET', lock, token, 'PX', ttl)
+  if me ~= '' then remove_waiter(waiters, leases, me) end
+  return {1, next_fence(fence, ttl, now)}
+end
+
 local queued = redis.call('EXISTS', waiters) == 1
 if queued then prune_waiters(waiters, leases, math.floor(now / 1000)) end
 
 if not holder then
   if fair and queued then
-    local head = live_head(waiters, leases, channel, me)
+    -- Free while others wait (the holder's TTL ran out): the oldest goes first.
+    local head = redis.call('ZRANGE', waiters, 0, 0)[1]
     if head and head ~= me then
       if me ~= '' then register_waiter(waiters, leases, me, now, lease) end
-      return {0, -1}
+      local granted = grant_next(lock, fence, waiters, leases, channel, now)
+      if granted and granted == me then
+        return {1, tonumber(redis.call('GET', fence))}
+      elseif granted then
+        return {0, -1}
+      end
     end
   end
   redis.call('SET', lock, token, 'PX', ttl)
-  -- Fencing token: strictly increasing per name. Taking the server clock (µs)
-  -- keeps it increasing even after this key expired or a failover lost it.
-  local f = math.max(tonumber(redis.call('GET', fence) or '0') + 1, now)
-  redis.call('SET', fence, f, 'PX', ttl + 60000)
+  local f = next_fence(fence, ttl, now)
   if queued and me ~= '' then remove_waiter(waiters, leases, me) end
   return {1, f}
 end

@@ -28,9 +28,14 @@ local function heal_orphan(key, ttl_ms)
 end
 
 -- Waiters: `waiters` orders them by arrival (score = µs), `leases` holds the
--- deadline (ms) by which each must check in again. A waiter listens on its
--- own channel `<channel><id>`, so a wake-up costs one PUBLISH to one
--- subscriber, however many wait.
+-- deadline (ms) by which each must check in again. A member is `<id>` (queue
+-- consumers) or `<id>|<ttl_ms>|<token>` (lock waiters: enough to hand the lock
+-- over). A waiter listens on its own channel `<channel><id>`, so a wake-up
+-- costs one PUBLISH to one subscriber, however many wait.
+
+local function channel_of(channel, member)
+  return channel .. string.match(member, '^[^|]*')
+end
 
 -- Drops waiters whose lease ran out (their process stopped checking in).
 local function prune_waiters(waiters, leases, now_ms)
@@ -42,16 +47,16 @@ local function prune_waiters(waiters, leases, now_ms)
 end
 
 -- Adds a waiter (keeping its first arrival time) and renews its lease.
-local function register_waiter(waiters, leases, id, now, lease_ms)
-  redis.call('ZADD', waiters, 'NX', now, id)
-  redis.call('ZADD', leases, math.floor(now / 1000) + lease_ms, id)
+local function register_waiter(waiters, leases, member, now, lease_ms)
+  redis.call('ZADD', waiters, 'NX', now, member)
+  redis.call('ZADD', leases, math.floor(now / 1000) + lease_ms, member)
   redis.call('PEXPIRE', waiters, lease_ms * 2)
   redis.call('PEXPIRE', leases, lease_ms * 2)
 end
 
-local function remove_waiter(waiters, leases, id)
-  redis.call('ZREM', waiters, id)
-  redis.call('ZREM', leases, id)
+local function remove_waiter(waiters, leases, member)
+  redis.call('ZREM', waiters, member)
+  redis.call('ZREM', leases, member)
 end
 
 -- Wakes up to `n` of the oldest waiters. PUBLISH answers how many clients
@@ -61,27 +66,45 @@ local function wake_waiters(waiters, leases, channel, n)
   local woken, offset, budget = 0, 0, n + 16
   while woken < n and budget > 0 do
     budget = budget - 1
-    local id = redis.call('ZRANGE', waiters, offset, offset)[1]
-    if not id then break end
-    if redis.call('PUBLISH', channel .. id, '1') > 0 then
+    local member = redis.call('ZRANGE', waiters, offset, offset)[1]
+    if not member then break end
+    if redis.call('PUBLISH', channel_of(channel, member), 'w') > 0 then
       woken = woken + 1
       offset = offset + 1
     else
-      remove_waiter(waiters, leases, id)
+      remove_waiter(waiters, leases, member)
     end
   end
   return woken
 end
 
--- The first waiter that is still listening (dead heads are dropped), or nil.
-local function live_head(waiters, leases, channel, me)
+-- Fencing token: strictly increasing per name. Taking the server clock (µs)
+-- keeps it increasing even after the key expired or a failover lost it.
+local function next_fence(fence, ttl_ms, now)
+  local f = math.max(tonumber(redis.call('GET', fence) or '0') + 1, now)
+  redis.call('SET', fence, string.format('%.0f', f), 'PX', ttl_ms + 60000)
+  return f
+end
+
+-- Hands a free lock straight to the oldest live waiter: sets the key to its
+-- token and publishes 'g:<fence>' on its channel, so it holds the lock the
+-- moment it reads the message (no second round trip). Dead waiters (nobody
+-- listening) are dropped. Returns the member granted, or nil.
+local function grant_next(lock, fence, waiters, leases, channel, now)
   for _ = 1, 16 do
-    local head = redis.call('ZRANGE', waiters, 0, 0)[1]
-    if not head or head == me then return head end
-    if redis.call('PUBLISH', channel .. head, '1') > 0 then return head end
-    remove_waiter(waiters, leases, head)
+    local member = redis.call('ZRANGE', waiters, 0, 0)[1]
+    if not member then return nil end
+    remove_waiter(waiters, leases, member)
+    local id, ttl, token = string.match(member, '^([^|]*)|(%d+)|(.*)$')
+    if id then
+      local f = next_fence(fence, tonumber(ttl), now)
+      if redis.call('PUBLISH', channel .. id, 'g:' .. string.format('%.0f', f)) > 0 then
+        redis.call('SET', lock, token, 'PX', ttl)
+        return member
+      end
+    end
   end
-  return redis.call('ZRANGE', waiters, 0, 0)[1]
+  return nil
 end
 
 -- Legacy PHP clients hold `Lock:Queue:<name>` around their multi-step queue
