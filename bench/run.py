@@ -74,7 +74,7 @@ class Server:
 
 def percentile(values: list[float], p: float) -> float:
     s = sorted(values)
-    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
+    return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
 
 
 # 1. ---------------------------------------------------------------- limit
@@ -82,7 +82,7 @@ def round_trip_limit(port: int, requests: int) -> float:
     out = subprocess.run(["redis-benchmark", "-p", str(port), "-c", "1", "-n", str(requests),
                           "-t", "set", "-q", "--csv"], capture_output=True, text=True, check=True).stdout
     # "SET","41152.26",...
-    line = [ln for ln in out.splitlines() if ln.startswith('"SET"')][0]
+    line = next(ln for ln in out.splitlines() if ln.startswith('"SET"'))
     return float(line.split(",")[1].strip('"')) / 2
 
 
@@ -193,7 +193,12 @@ def wakeup(url: str, impl: str, samples: int) -> dict:
     for _ in range(samples):
         assert holder_acquire()
         woke: list[int] = []
-        t = threading.Thread(target=lambda: (waiter_acquire(), woke.append(time.monotonic_ns())))
+
+        def wait_for_it(woke: list[int] = woke) -> None:
+            waiter_acquire()
+            woke.append(time.monotonic_ns())
+
+        t = threading.Thread(target=wait_for_it)
         t.start()
         time.sleep(0.02)  # the waiter is blocked by now
         t0 = time.monotonic_ns()
@@ -323,8 +328,8 @@ def main() -> int:
         for label, workers in cases.items():
             c = contention(url, workers, r, cs, label.split()[0])
             res["contention"][label] = c
-            print(f"   {label:<40} eff {c['efficiency']:.2f}  occ {c['occupancy']:.2f}  p50 {c['p50_ms']:7.1f} ms  p99 {c['p99_ms']:7.1f} ms"
-                  f"  max {c['max_ms']:7.1f} ms  lost {c['lost']}", flush=True)
+            print(f"   {label:<40} eff {c['efficiency']:.2f}  occ {c['occupancy']:.2f}  p50 {c['p50_ms']:7.1f} ms"
+                  f"  p99 {c['p99_ms']:7.1f} ms  max {c['max_ms']:7.1f} ms  lost {c['lost']}", flush=True)
 
         print("4. wake-up latency ...", flush=True)
         res["wakeup"] = {}

@@ -317,9 +317,9 @@ impl Redlock {
         if self.lost.load(Ordering::Acquire) {
             return true;
         }
-        lock(&self.state)
-            .as_ref()
-            .is_some_and(|h| h.pid == crate::client::current_pid() && Instant::now() >= h.valid_until)
+        lock(&self.state).as_ref().is_some_and(|h| {
+            h.pid == crate::client::current_pid() && Instant::now() >= h.valid_until
+        })
     }
 
     fn not_owned(&self, why: &str) -> Error {

@@ -197,10 +197,9 @@ fn subscribe(conn: &mut redis::Connection, channel: &[u8], timeout: Duration) ->
             kind: redis::PushKind::Subscribe,
             data,
         } = conn.recv_response().map_err(fail)?
+            && matches!(data.first(), Some(redis::Value::BulkString(c)) if c == channel)
         {
-            if matches!(data.first(), Some(redis::Value::BulkString(c)) if c == channel) {
-                return Ok(());
-            }
+            return Ok(());
         }
     }
 }
