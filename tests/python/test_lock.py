@@ -5,10 +5,10 @@ from __future__ import annotations
 import threading
 import time
 
-import ferrolock
 import pytest
-from ferrolock import Lock, LockLostError, LockNotOwnedError, LockTimeout
 
+import ferrolock
+from ferrolock import Lock, LockLostError, LockNotOwnedError, LockTimeout
 from tests.support.resp import Monitor
 
 

@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+
 from ferrolock import Lock, LockNotOwnedError
 
 CHILD = r"""

@@ -10,7 +10,6 @@ import threading
 import time
 
 from ferrolock import Lock, LockLostError
-
 from tests.support.resp import Monitor
 
 HOLD_OR_WAIT = r"""

@@ -79,3 +79,31 @@ class RedisServer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def make_tls_files(directory: Path) -> dict[str, Path]:
+    """A throwaway CA and a server certificate for localhost/127.0.0.1 (openssl)."""
+    d = Path(directory)
+    run = lambda *a: subprocess.run(a, cwd=d, check=True, capture_output=True)  # noqa: E731
+    run("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
+        "-days", "2", "-subj", "/CN=ferrolock-test-ca")
+    run("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr",
+        "-subj", "/CN=localhost")
+    (d / "ext.cnf").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    run("openssl", "x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+        "-out", "server.crt", "-days", "2", "-extfile", "ext.cnf")
+    return {"ca": d / "ca.crt", "cert": d / "server.crt", "key": d / "server.key"}
+
+
+class TlsRedisServer(RedisServer):
+    """A redis-server that only speaks TLS."""
+
+    def __init__(self, files: dict[str, Path]):
+        self.tls_port = free_port()
+        super().__init__("--tls-port", str(self.tls_port), "--tls-cert-file", str(files["cert"]),
+                         "--tls-key-file", str(files["key"]), "--tls-ca-cert-file", str(files["ca"]),
+                         "--tls-auth-clients", "no")
+
+    def start(self) -> None:
+        super().start()  # the plain port is kept for the harness; clients use tls_port
+        wait_port(self.tls_port)
