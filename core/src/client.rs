@@ -21,6 +21,12 @@ use crate::error::{Error, ErrorKind, Result};
 /// and close the surplus when they are done.
 const MAX_IDLE: usize = 64;
 
+/// How long the Sentinel master address is trusted before the sentinels are
+/// asked again. After a failover the old master keeps accepting writes until
+/// the sentinels demote it (seconds); re-asking bounds how long we could
+/// keep writing there.
+const MASTER_RECHECK: Duration = Duration::from_secs(1);
+
 /// How long a cached cluster slot map is trusted before it is fetched again.
 const SLOT_MAP_TTL: Duration = Duration::from_secs(1);
 
@@ -73,8 +79,9 @@ struct Idle {
     /// server or Sentinel master).
     subscribers: HashMap<Option<(String, u16)>, Vec<redis::Connection>>,
     slot_map: Option<(Instant, SlotMap)>,
-    /// Sentinel: the master client currently believed to be right.
-    master: Option<redis::Client>,
+    /// Sentinel: the master client currently believed to be right, and when
+    /// the sentinels last confirmed it.
+    master: Option<(redis::Client, Instant)>,
     /// Sentinel: the resolver (it caches sentinel connections, so per process).
     sentinel: Option<redis::sentinel::SentinelClient>,
 }
@@ -248,6 +255,9 @@ impl Client {
     }
 
     fn checkout(&self) -> Result<(Conn, bool)> {
+        if matches!(self.inner.backend, Backend::Sentinel) {
+            self.master_client()?; // re-asks the sentinels once MASTER_RECHECK has passed
+        }
         if let Some(conn) = self.idle().conns.pop() {
             return Ok((conn, true));
         }
@@ -325,7 +335,9 @@ impl Client {
             ));
         };
         let mut idle = self.idle();
-        if let Some(client) = &idle.master {
+        if let Some((client, at)) = &idle.master
+            && at.elapsed() < MASTER_RECHECK
+        {
             return Ok(client.clone());
         }
         if idle.sentinel.is_none() {
@@ -347,7 +359,17 @@ impl Client {
             .sentinel
             .as_mut()
             .ok_or_else(|| Error::new(ErrorKind::Connection, ctx))?;
-        let client = sc.get_client().map_err(|e| Error::from_redis(ctx, e))?;
+        let client = match sc.get_client() {
+            Ok(client) => client,
+            // Sentinels unreachable: keep the master we know rather than fail.
+            Err(e) => match idle.master.as_mut() {
+                Some((client, at)) => {
+                    *at = Instant::now();
+                    return Ok(client.clone());
+                }
+                None => return Err(Error::from_redis(ctx, e)),
+            },
+        };
         let client = match &self.inner.config.tls_certs {
             Some(certs) => {
                 redis::Client::build_with_tls(client.get_connection_info().clone(), certs.clone())
@@ -355,7 +377,16 @@ impl Client {
             }
             None => client,
         };
-        idle.master = Some(client.clone());
+        let moved = idle
+            .master
+            .as_ref()
+            .is_some_and(|(old, _)| old.get_connection_info().addr() != client.get_connection_info().addr());
+        if moved {
+            // Failover: every pooled connection points at the old master.
+            idle.conns.clear();
+            idle.subscribers.clear();
+        }
+        idle.master = Some((client.clone(), Instant::now()));
         Ok(client)
     }
 

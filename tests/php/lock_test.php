@@ -127,6 +127,17 @@ assert($e instanceof RuntimeException);
 assert(str_contains($e->getMessage(), 'connection'), $e->getMessage());
 ok('RedisLockException');
 
+// Extras: auto-renewal (opt-in, legacy locks had fixed lifetimes) and fair mode.
+$renewing = new RedisLock(['url' => redis_url(), 'auto_renew' => true, 'fair' => true]);
+$n = uniq('renew');
+assert($renewing->lock($n, 0, 5) === true);
+sleep(2); // a renewal is due every 5/3 s
+$pttl = $r->pttl("Lock:$n");
+assert($pttl > 4000, "renewed in the background, PTTL $pttl");
+assert($a->lock($n) === false);
+assert($renewing->unlock($n) === true);
+ok('auto_renew and fair options');
+
 // The object keeps no locks at request end (legacy locks outlived the script).
 $n = uniq('outlive');
 (function () use ($n) { $x = new RedisLock(); assert($x->lock($n, 0, 30)); })();

@@ -74,6 +74,11 @@ class RedisServer:
     def client(self) -> Resp:
         return Resp(self.port, password=self.password)
 
+    def cmd(self, *args: object) -> object:
+        """Runs one command on a connection of its own (closed at once)."""
+        with self.client() as c:
+            return c(*args)
+
     def __enter__(self) -> RedisServer:
         return self
 
@@ -107,3 +112,147 @@ class TlsRedisServer(RedisServer):
     def start(self) -> None:
         super().start()  # the plain port is kept for the harness; clients use tls_port
         wait_port(self.tls_port)
+
+
+def free_port_pair(offset: int = 10000) -> int:
+    """A port p such that p and p + offset are both free (cluster bus ports)."""
+    for _ in range(100):
+        p = free_port()
+        if p + offset < 65536:
+            try:
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p + offset))
+                return p
+            except OSError:
+                continue
+    raise RuntimeError("no free port pair")
+
+
+class RedisCluster:
+    """A Redis Cluster of `masters` nodes on loopback (no replicas)."""
+
+    def __init__(self, masters: int = 3):
+        self.nodes = [RedisServer("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                                  "--cluster-node-timeout", "2000", port=free_port_pair())
+                      for _ in range(masters)]
+        subprocess.run(["redis-cli", "--cluster", "create", *[f"127.0.0.1:{n.port}" for n in self.nodes],
+                        "--cluster-replicas", "0", "--cluster-yes"], check=True, capture_output=True, timeout=60)
+        until = time.monotonic() + 30
+        while not all(b"cluster_state:ok" in n.cmd("CLUSTER", "INFO") for n in self.nodes):
+            if time.monotonic() > until:
+                raise RuntimeError("cluster did not become ready")
+            time.sleep(0.1)
+
+    @property
+    def url(self) -> str:
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
+
+    def node_of(self, key: str | bytes) -> RedisServer:
+        slot = self.nodes[0].cmd("CLUSTER", "KEYSLOT", key)
+        for entry in self.nodes[0].cmd("CLUSTER", "SLOTS"):
+            if entry[0] <= slot <= entry[1]:
+                return next(n for n in self.nodes if n.port == entry[2][1])
+        raise RuntimeError(f"no node for slot {slot}")
+
+    def move_slot_of(self, key: str | bytes) -> tuple[RedisServer, RedisServer]:
+        """Migrates the slot of `key` (and its keys) to another master."""
+        src = self.node_of(key)
+        dst = next(n for n in self.nodes if n is not src)
+        s, d = src.cmd, dst.cmd
+        slot = s("CLUSTER", "KEYSLOT", key)
+        src_id, dst_id = s("CLUSTER", "MYID").decode(), d("CLUSTER", "MYID").decode()
+        d("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
+        s("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
+        while keys := s("CLUSTER", "GETKEYSINSLOT", slot, 100):
+            s("MIGRATE", "127.0.0.1", dst.port, "", 0, 5000, "KEYS", *keys)
+        for n in self.nodes:
+            n.cmd("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+        return src, dst
+
+    def close(self) -> None:
+        for n in self.nodes:
+            n.close()
+
+    def __enter__(self) -> RedisCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class SentinelSetup:
+    """One master, one replica and three sentinels watching them as `mymaster`."""
+
+    def __init__(self, down_after_ms: int = 1000):
+        self.master = RedisServer()
+        self.replica = RedisServer()
+        self.replica.cmd("REPLICAOF", "127.0.0.1", self.master.port)
+        until = time.monotonic() + 30
+        while b"master_link_status:up" not in self.replica.cmd("INFO", "replication"):
+            if time.monotonic() > until:
+                raise RuntimeError("the replica did not sync")
+            time.sleep(0.05)
+        self.sentinels: list[RedisServer] = []
+        for _ in range(3):
+            port = free_port()
+            d = Path(tempfile.mkdtemp(prefix=f"ferrolock-sentinel-{port}-"))
+            conf = d / "sentinel.conf"
+            conf.write_text(
+                f"port {port}\nbind 127.0.0.1\ndir {d}\n"
+                f"sentinel monitor mymaster 127.0.0.1 {self.master.port} 2\n"
+                f"sentinel down-after-milliseconds mymaster {down_after_ms}\n"
+                "sentinel failover-timeout mymaster 5000\nsentinel parallel-syncs mymaster 1\n")
+            self.sentinels.append(_Sentinel(conf, port, d))
+        until = time.monotonic() + 60
+        while not all(self._sees_healthy_replica(s) for s in self.sentinels):
+            if time.monotonic() > until:
+                raise RuntimeError("sentinels did not discover the replica")
+            time.sleep(0.2)
+
+    @staticmethod
+    def _sees_healthy_replica(sentinel: RedisServer) -> bool:
+        try:
+            replicas = sentinel.cmd("SENTINEL", "REPLICAS", "mymaster")
+        except Exception:
+            return False
+        for flat in replicas:
+            info = dict(zip(flat[::2], flat[1::2]))
+            if info.get(b"flags") == b"slave" and info.get(b"master-link-status") == b"ok":
+                return True
+        return False
+
+    @property
+    def url(self) -> str:
+        return "redis+sentinel://" + ",".join(f"127.0.0.1:{s.port}" for s in self.sentinels) + "/mymaster/0"
+
+    def current_master_port(self) -> int:
+        host_port = self.sentinels[0].cmd("SENTINEL", "GET-MASTER-ADDR-BY-NAME", "mymaster")
+        return int(host_port[1])
+
+    def close(self) -> None:
+        for s in self.sentinels:
+            s.close()
+        self.replica.close()
+        self.master.close()
+
+    def __enter__(self) -> SentinelSetup:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Sentinel(RedisServer):
+    def __init__(self, conf: Path, port: int, directory: Path):
+        self.conf = conf
+        self.port = port
+        self.args = []
+        self.password = None
+        self.dir = directory
+        self.proc = None
+        self.start()
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen([REDIS_SERVER, str(self.conf), "--sentinel"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_port(self.port)

@@ -1,0 +1,231 @@
+"""Beyond one Redis: Redlock over independent masters, Redis Cluster, Sentinel."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import ferrolock
+from ferrolock import Lock, LockTimeout, Queue, Redlock
+from tests.conftest import run_php
+from tests.support.servers import RedisCluster, RedisServer, SentinelSetup
+
+HERE = Path(__file__).parent
+
+
+@pytest.fixture
+def masters():
+    servers = [RedisServer() for _ in range(5)]
+    yield servers
+    for s in servers:
+        s.close()
+
+
+def urls_of(servers) -> list[str]:
+    return [s.url + "?connect_timeout=0.3&timeout=0.5" for s in servers]
+
+
+def holders(servers, key: str) -> int:
+    count = 0
+    for s in servers:
+        if s.proc is None:
+            continue
+        count += s.cmd("EXISTS", key)
+    return count
+
+
+def test_redlock_quorum(masters):
+    urls = urls_of(masters)
+    lock = Redlock("rl", urls, ttl=10)
+    assert lock.acquire(blocking=False)
+    assert holders(masters, "Lock:rl") == 5
+    assert lock.owned() and lock.fencing_token > 0
+    other = Redlock("rl", urls, ttl=10)
+    assert not other.acquire(timeout=0.3), "a second client cannot get a quorum"
+    lock.release()
+    assert holders(masters, "Lock:rl") == 0
+
+    masters[0].stop()
+    masters[1].stop()
+    assert lock.acquire(blocking=False), "3 of 5 masters are a quorum"
+    lock.extend(5)
+    lock.release()
+
+    masters[2].stop()
+    assert not lock.acquire(timeout=0.5), "2 of 5 are not"
+    with pytest.raises(LockTimeout):
+        with Redlock("rl", urls, timeout=0.3):
+            pass
+    assert holders(masters, "Lock:rl") == 0, "a failed attempt releases what it took"
+
+
+def test_redlock_from_php(masters):
+    urls = urls_of(masters)
+    script = HERE / "php" / "_redlock.php"
+    script.write_text("<?php $l = new RedisLock(['servers' => json_decode($argv[1])]);"
+                      "var_dump($l->lock('php-rl', 0.3)); var_dump($l->unlock('php-rl'));")
+    try:
+        import json
+        assert run_php(script, json.dumps(urls)).stdout.split() == ["bool(true)", "bool(true)"]
+        for s in masters[:3]:
+            s.stop()
+        assert run_php(script, json.dumps(urls)).stdout.split() == ["bool(false)", "bool(false)"]
+    finally:
+        script.unlink()
+
+
+def test_redlock_contention_while_masters_die_and_come_back(masters, tmp_path):
+    """4 processes x 200 increments; one master at a time is killed and brought
+    back only after the lock TTL (Redlock's delayed restart), no update lost."""
+    urls = urls_of(masters)
+    counter = tmp_path / "counter"
+    counter.write_text("0")
+    workers = [subprocess.Popen([sys.executable, str(HERE / "workers" / "redlock_increment.py"),
+                                 str(counter), "200", *urls], cwd=HERE.parent) for _ in range(4)]
+    restarts = 0
+    try:
+        while any(w.poll() is None for w in workers):
+            victim = random.choice(masters)
+            victim.stop()
+            time.sleep(2.5)  # > ttl (2 s): the restarted master forgot only expired locks
+            victim.start()
+            restarts += 1
+            time.sleep(0.3)
+        assert [w.returncode for w in workers] == [0, 0, 0, 0]
+    finally:
+        for w in workers:
+            w.kill()
+            w.wait()
+    assert int(counter.read_text()) == 800
+    assert restarts >= 1
+    print(f"redlock: 800 increments, {restarts} master restarts, 0 lost")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with RedisCluster() as c:
+        yield c
+
+
+def test_cluster_locks_and_queues_on_1000_names(cluster):
+    names = [f"n{i}" for i in range(900)] + [f"{{tag}}{i}" for i in range(50)] + \
+            [f"a}}{{b{i}" for i in range(25)] + [f"{{{i}}}x{{y}}" for i in range(25)]
+    used_nodes = set()
+    for n in names:
+        lock = Lock(n, url=cluster.url, auto_renew=False)
+        assert lock.acquire(blocking=False), n
+        used_nodes.add(cluster.node_of(f"Lock:{n}").port)
+        lock.release()
+        q = Queue(n, url=cluster.url)
+        assert q.enqueue([n, "other"]) == 2
+        assert [t.id for t in q.pop(2)] == sorted([n, "other"])
+    assert len(used_nodes) == 3, "names spread over every master"
+
+
+def test_cluster_fair_mode_and_notifications(cluster):
+    holder = Lock("cfair", url=cluster.url, fair=True)
+    assert holder.acquire()
+    order: list[int] = []
+
+    def waiter(i: int) -> None:
+        lock = Lock("cfair", url=cluster.url, fair=True)
+        assert lock.acquire(timeout=20)
+        order.append(i)
+        lock.release()
+
+    threads = []
+    for i in range(3):
+        t = threading.Thread(target=waiter, args=(i,))
+        t.start()
+        threads.append(t)
+        time.sleep(0.3)
+    released = time.monotonic()
+    holder.release()
+    for t in threads:
+        t.join()
+    assert order == [0, 1, 2]
+    assert time.monotonic() - released < 0.9, "handed over by notification, not by re-checks"
+
+
+def test_cluster_survives_a_slot_migration(cluster):
+    lock = Lock("moving{m}", url=cluster.url, auto_renew=False)
+    queue = Queue("moving{m}", url=cluster.url)
+    queue.enqueue(["a", "b"])
+    assert lock.acquire(blocking=False)
+    _src, dst = cluster.move_slot_of("Lock:moving{m}")
+    assert cluster.node_of("Lock:moving{m}").port == dst.port
+    lock.release()  # MOVED -> followed
+    for _ in range(20):
+        assert lock.acquire(blocking=False)
+        lock.release()
+    assert [t.id for t in queue.pop(2)] == ["a", "b"], "the queue moved with its slot"
+
+
+def test_sentinel_failover_during_a_workload():
+    with SentinelSetup() as setup:
+        url = setup.url + "?timeout=1&connect_timeout=1"
+        # A hold whose release hit the switch stays behind on one side until
+        # its TTL: keep the TTL short so the workload is not blocked for long.
+        lock, queue = Lock("sfo", url=url, ttl=2, auto_renew=False), Queue("sfo", url=url)
+        first_master = setup.current_master_port()
+        stop = threading.Event()
+        stats = {"ok": 0, "errors": 0, "longest_gap": 0.0}
+
+        def work() -> None:
+            last_ok = time.monotonic()
+            while not stop.is_set():
+                try:
+                    if not lock.acquire(timeout=3):
+                        continue
+                    queue.enqueue(str(stats["ok"]))
+                    queue.pop()
+                    lock.release()
+                    stats["ok"] += 1
+                    now = time.monotonic()
+                    stats["longest_gap"] = max(stats["longest_gap"], now - last_ok)
+                    last_ok = now
+                except (ferrolock.ConnectionError, ferrolock.LockNotOwnedError):
+                    stats["errors"] += 1
+                    time.sleep(0.05)
+
+        t = threading.Thread(target=work)
+        t.start()
+        time.sleep(1)
+        before = stats["ok"]
+        setup.sentinels[0].cmd("SENTINEL", "FAILOVER", "mymaster")
+        until = time.monotonic() + 30
+        while setup.current_master_port() == first_master:
+            assert time.monotonic() < until, "no failover"
+            time.sleep(0.1)
+        time.sleep(3)
+        after_failover = stats["ok"]
+        time.sleep(2)
+        stop.set()
+        t.join()
+        assert stats["ok"] > after_failover > before, stats
+        assert stats["longest_gap"] < 15, f"bounded pause: {stats}"
+        # The same objects now write to the new master.
+        new_master = next(n for n in (setup.master, setup.replica) if n.port != first_master)
+        assert lock.acquire(timeout=3)
+        assert new_master.cmd("GET", "Lock:sfo") == lock.token.encode()
+        lock.release()
+        print(f"sentinel failover: {stats}")
+
+
+def test_min_replicas_confirms_on_a_replica():
+    with SentinelSetup() as setup:
+        master = f"redis://127.0.0.1:{setup.current_master_port()}/0"
+        lock = Lock("wait-1", url=master, min_replicas=1)
+        assert lock.acquire(blocking=False)
+        lock.release()
+        lonely = Lock("wait-2", url=master, min_replicas=2)
+        with pytest.raises(ferrolock.LockError, match="replicas"):
+            lonely.acquire(blocking=False)
+        assert not lonely.locked(), "released when not confirmed"
+
