@@ -153,7 +153,8 @@ fn fencing_tokens_strictly_increase_across_holders() {
 #[test]
 fn release_wakes_a_waiter_by_notification() {
     let c = client();
-    let opts = lock_opts("wake");
+    let mut opts = lock_opts("wake");
+    opts.recheck = Duration::from_secs(30); // only a notification can wake it in time
     let holder = Lock::new(&c, b"x", opts.clone()).unwrap();
     assert!(holder.try_acquire().unwrap());
     let waiter = thread::spawn({
@@ -169,8 +170,7 @@ fn release_wakes_a_waiter_by_notification() {
     holder.release().unwrap();
     let (ok, woke) = waiter.join().unwrap();
     assert!(ok);
-    // The re-check interval is 1 s: only a notification wakes it sooner.
-    assert!(woke.duration_since(released) < Duration::from_millis(900));
+    assert!(woke.duration_since(released) < Duration::from_secs(5));
 }
 
 #[test]

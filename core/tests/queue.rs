@@ -168,7 +168,8 @@ fn four_threads_popping_10000_tasks_get_each_exactly_once() {
 #[test]
 fn enqueue_wakes_a_blocked_pop_by_notification() {
     let c = client();
-    let opts = queue_opts("wakepop");
+    let mut opts = queue_opts("wakepop");
+    opts.recheck = Duration::from_secs(30); // only a notification can wake it in time
     let q = Queue::new(&c, b"q", opts.clone()).unwrap();
     let consumer = thread::spawn(move || {
         let q = Queue::new(&c, b"q", opts).unwrap();

@@ -156,5 +156,5 @@ def test_release_wakes_the_waiter_fast(url, name):
     released = time.monotonic()
     holder.release()
     t.join()
-    # Generous bound for a shared CI machine; the benchmark measures the real figure.
-    assert woke[0] - released < 0.5
+    # Below the 1 s re-check: it was the hand-over. The benchmark measures the real figure.
+    assert woke[0] - released < 0.9
