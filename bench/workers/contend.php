@@ -1,6 +1,7 @@
 <?php
 /** Benchmark worker (PHP): $rounds critical sections on one lock.
- *  Each critical section does a non-atomic read-modify-write of a shared counter file.
+ *  Each critical section does a non-atomic read-modify-write of a shared counter file
+ *  and works (spins) until $csMs have passed since it got the lock.
  *  Usage: contend.php <impl> <url> <lock name> <counter file> <rounds> <start_at_ns> <cs_ms>
  *  impl: ferrolock | ferrolock-fair | legacy */
 require __DIR__ . '/../../tests/php/legacy/LegacyRedis.php';
@@ -25,7 +26,9 @@ for ($i = 0; $i < (int) $rounds; $i++) {
     }
     $t1 = hrtime(true);
     $value = (int) file_get_contents($counter);
-    usleep((int) ((float) $csMs * 1000));
+    $end = $t1 + (int) ((float) $csMs * 1e6);
+    while (hrtime(true) < $end) {
+    }
     file_put_contents($counter, (string) ($value + 1));
     $t2 = hrtime(true);
     $lock->unlock($name);

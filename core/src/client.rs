@@ -377,10 +377,9 @@ impl Client {
             }
             None => client,
         };
-        let moved = idle
-            .master
-            .as_ref()
-            .is_some_and(|(old, _)| old.get_connection_info().addr() != client.get_connection_info().addr());
+        let moved = idle.master.as_ref().is_some_and(|(old, _)| {
+            old.get_connection_info().addr() != client.get_connection_info().addr()
+        });
         if moved {
             // Failover: every pooled connection points at the old master.
             idle.conns.clear();
