@@ -57,6 +57,12 @@ def test_redlock_quorum(masters):
     lock.extend(5)
     lock.release()
 
+    fences = []
+    for _ in range(5):
+        with Redlock("rl", urls) as held:
+            fences.append(held.fencing_token)
+    assert fences == sorted(set(fences)), "fencing tokens increase across Redlock holders"
+
     masters[2].stop()
     assert not lock.acquire(timeout=0.5), "2 of 5 are not"
     with pytest.raises(LockTimeout):
@@ -223,6 +229,14 @@ def test_min_replicas_confirms_on_a_replica():
         master = f"redis://127.0.0.1:{setup.current_master_port()}/0"
         lock = Lock("wait-1", url=master, min_replicas=1)
         assert lock.acquire(blocking=False)
+        lock.release()
+        # Handed over by a release (the grant was written by the releaser's
+        # connection): still confirmed on the replica before success.
+        holder = Lock("wait-1", url=master)
+        assert holder.acquire()
+        threading.Timer(0.3, holder.release).start()
+        assert lock.acquire(timeout=10)
+        assert setup.replica.cmd("GET", "Lock:wait-1") == lock.token.encode()
         lock.release()
         lonely = Lock("wait-2", url=master, min_replicas=2)
         with pytest.raises(ferrolock.LockError, match="replicas"):

@@ -398,10 +398,7 @@ impl Client {
     /// Return it with [`Client::checkin_subscriber`].
     pub(crate) fn checkout_subscriber(&self, key: &[u8]) -> Result<Subscriber> {
         let ctx = self.inner.config.redacted_url();
-        let node = match &self.inner.backend {
-            Backend::Single(_) | Backend::Sentinel => None,
-            Backend::Cluster(_) => Some(self.node_for(key)?),
-        };
+        let node = self.subscription_node(key)?;
         if let Some(conn) = self.idle().subscribers.get_mut(&node).and_then(Vec::pop) {
             return Ok(Subscriber { conn, node });
         }
@@ -450,6 +447,37 @@ impl Client {
             .open_plain(&client)
             .map_err(|e| Error::from_redis(ctx, e))?;
         Ok(Subscriber { conn, node })
+    }
+
+    /// Where subscriptions for `key` must live: nowhere in particular for one
+    /// server, the current master for Sentinel, the slot's master for Cluster.
+    /// A grant is only published to a waiter listening on the node that runs
+    /// the script, so a subscription elsewhere would never hear it.
+    fn subscription_node(&self, key: &[u8]) -> Result<Option<(String, u16)>> {
+        Ok(match &self.inner.backend {
+            Backend::Single(_) => None,
+            Backend::Sentinel => {
+                let master = self.master_client()?;
+                match master.get_connection_info().addr() {
+                    redis::ConnectionAddr::Tcp(host, port)
+                    | redis::ConnectionAddr::TcpTls { host, port, .. } => {
+                        Some((host.clone(), *port))
+                    }
+                    _ => None,
+                }
+            }
+            Backend::Cluster(_) => Some(self.node_for(key)?),
+        })
+    }
+
+    /// False when `sub` no longer listens where grants for `key` are
+    /// published (a failover or a slot migration happened): the waiter should
+    /// subscribe again. Errors while finding out count as "still current".
+    pub(crate) fn subscriber_is_current(&self, sub: &Subscriber, key: &[u8]) -> bool {
+        match self.subscription_node(key) {
+            Ok(node) => node == sub.node,
+            Err(_) => true,
+        }
     }
 
     /// Returns a connection taken with [`Client::checkout_subscriber`].

@@ -206,6 +206,7 @@ impl Lock {
             let lease = Lease::new(
                 self.client.clone(),
                 self.keys.lock.clone(),
+                self.keys.fence.clone(),
                 token.clone(),
                 self.opts.ttl,
             );
@@ -250,19 +251,34 @@ impl Lock {
         let (taken, value): (i64, i64) = self.client.run(&self.label, |c| call.query(c.like()))?;
         Ok(match (taken, value) {
             (1, fence) => Tried::Acquired(fence),
-            (_, pttl) if pttl > 0 => Tried::Busy(Some(Duration::from_millis(pttl as u64 + 1))),
+            // PTTL is 0 in the holder's last millisecond: re-check right after it.
+            (_, pttl) if pttl >= 0 => Tried::Busy(Some(Duration::from_millis(pttl as u64 + 1))),
             _ => Tried::Busy(None),
         })
     }
 
     /// `WAIT min_replicas`: undo the acquire if too few replicas confirm it.
+    ///
+    /// `WAIT` covers the writes of the connection it runs on, and the hold may
+    /// have been written by another client (a hand-over) or another pooled
+    /// connection: so a token-checked extend runs first on the same
+    /// connection, and the WAIT covers everything up to it.
     fn confirm_replicas(&self, token: &str) -> Result<()> {
         let want = self.opts.min_replicas;
         let timeout_ms = validate::millis(self.client.config().command_timeout());
-        let got: i64 = self.client.run(&self.label, |c| {
-            redis::cmd("WAIT").arg(want).arg(timeout_ms).query(c.like())
+        let extend = LOCK_EXTEND
+            .call(&[&self.keys.lock, &self.keys.fence])
+            .arg(token)
+            .arg(validate::millis(self.opts.ttl));
+        let (still_ours, got): (i64, i64) = self.client.run(&self.label, |c| {
+            let still_ours: i64 = extend.query(c.like())?;
+            let got: i64 = redis::cmd("WAIT")
+                .arg(want)
+                .arg(timeout_ms)
+                .query(c.like())?;
+            Ok((still_ours, got))
         })?;
-        if got >= i64::from(want) {
+        if still_ours == 1 && got >= i64::from(want) {
             return Ok(());
         }
         let _ = self.release_token(token);
@@ -343,13 +359,14 @@ impl Lock {
             }
         };
         let call = LOCK_EXTEND
-            .call(&[&self.keys.lock])
+            .call(&[&self.keys.lock, &self.keys.fence])
             .arg(&token)
             .arg(validate::millis(ttl));
+        let sent = std::time::Instant::now();
         let extended: i64 = self.client.run(&self.label, |c| call.query(c.like()))?;
         if extended == 1 {
             if let Some(lease) = lease {
-                lease.set_ttl(ttl);
+                watchdog::extended(&lease, sent, ttl);
             }
             Ok(())
         } else {

@@ -19,7 +19,7 @@ use crate::client::{Client, lock};
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::LockKeys;
 use crate::lock::{DistributedLock, label};
-use crate::scripts::{LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE};
+use crate::scripts::{LOCK_ACQUIRE, LOCK_EXTEND, LOCK_FENCE, LOCK_RELEASE};
 use crate::validate;
 use crate::wait::{self, Interrupt, Wait};
 
@@ -135,18 +135,20 @@ impl Redlock {
             if granted.len() >= self.quorum()
                 && let Some(validity) = validity.filter(|v| !v.is_zero())
             {
+                let fence = granted.iter().copied().max().unwrap_or(0);
+                self.spread_fence(&replies, fence);
                 *lock(&self.state) = Some(Held {
                     token,
-                    fence: granted.iter().copied().max().unwrap_or(0),
+                    fence,
                     pid: crate::client::current_pid(),
                     valid_until: start + validity,
                 });
                 self.lost.store(false, Ordering::Release);
                 return Ok(true);
             }
-            if !granted.is_empty() {
-                self.release_everywhere(&token);
-            }
+            // Not enough: undo everywhere (a master that timed out may have
+            // taken it all the same).
+            self.release_everywhere(&token);
             // Pause: random up to RETRY_MAX, no longer than the shortest holder TTL.
             let shortest = replies
                 .iter()
@@ -171,6 +173,26 @@ impl Redlock {
             }
             wait::pause(pause, interrupt).map_err(|_| wait::interrupted(&self.label))?;
         }
+    }
+
+    /// Raises the fencing counter of the masters that granted this hold to
+    /// its fence, the largest the quorum issued: any later quorum overlaps
+    /// this one in at least one master, so it issues a larger token even if
+    /// the masters' clocks disagree.
+    fn spread_fence(&self, replies: &[Result<(i64, i64)>], fence: i64) {
+        let k = &self.keys;
+        let ttl_ms = validate::millis(self.ttl);
+        std::thread::scope(|s| {
+            for (client, reply) in self.clients.iter().zip(replies) {
+                if matches!(reply, Ok((1, f)) if *f < fence) {
+                    s.spawn(move || {
+                        let call = LOCK_FENCE.call(&[&k.fence]).arg(fence).arg(ttl_ms);
+                        // Best effort: a master that fails here counts as down.
+                        let _ = client.run(&self.label, |c| call.query::<i64>(c.like()));
+                    });
+                }
+            }
+        });
     }
 
     fn release_everywhere(&self, token: &str) -> usize {
@@ -231,7 +253,7 @@ impl Redlock {
         let ok = self
             .on_all(|c| {
                 let call = LOCK_EXTEND
-                    .call(&[&k.lock])
+                    .call(&[&k.lock, &k.fence])
                     .arg(&token)
                     .arg(validate::millis(ttl));
                 c.run(&self.label, |conn| call.query::<i64>(conn.like()))
@@ -303,8 +325,8 @@ impl Redlock {
         self.held_token()
     }
 
-    /// The largest fencing token the quorum issued for this hold. Increasing
-    /// across holders as long as the masters' clocks agree within the TTL.
+    /// The largest fencing token the quorum issued for this hold; increasing
+    /// across holders (every master of the quorum is raised to it).
     pub fn fencing_token(&self) -> Option<i64> {
         lock(&self.state)
             .as_ref()

@@ -4,9 +4,12 @@
 //!
 //! A blocked caller (a lock acquire, a `pop(wait=…)`) registers in a sorted set
 //! of waiters and listens on a channel of its own. Whoever makes progress
-//! possible (a release, an enqueue) wakes the oldest waiter with one `PUBLISH`
-//! to that one channel, inside the same script: O(1) Redis work per release
-//! however many wait, and no thundering herd. The alternatives were weighed:
+//! possible acts on the oldest waiter inside the same script: a lock release
+//! *hands the lock over* (sets the key to that waiter's token) and publishes
+//! `g:<fencing token>` to it, so the waiter owns the lock the moment it reads
+//! the message; an enqueue publishes a plain wake-up. One PUBLISH to one
+//! subscriber: O(1) Redis work per release however many wait, and no
+//! thundering herd. The alternatives were weighed:
 //!
 //! - one shared channel per lock wakes every waiter on every release (herd);
 //! - `BLPOP` on a per-waiter list cannot be interrupted client-side with the
@@ -17,12 +20,15 @@
 //! - keyspace notifications need server configuration we cannot assume.
 //!
 //! No wake-up is lost: the waiter subscribes *before* its registering
-//! attempt, so any release after that attempt finds it listening. `PUBLISH`
-//! returns how many clients heard the message; 0 means the waiter's
-//! connection is gone (its process died) and the script drops it and wakes the
-//! next one: dead waiters never stall the line. A waiter that is alive but
+//! attempt, so any release after that attempt finds it listening. A waiter is
+//! live when its subscription exists on the node running the script (`PUBSUB
+//! NUMSUB` before a hand-over, PUBLISH's receiver count for wake-ups); a
+//! waiter whose connection is gone (its process died) is dropped and the next
+//! one served: dead waiters never stall the line. A waiter that is alive but
 //! stuck (stopped process) is dropped when its lease runs out (it renews the
-//! lease at every re-check).
+//! lease at every re-check). After a failover or a slot migration a waiter
+//! notices at its next re-check that it listens in the wrong place and
+//! subscribes again.
 //!
 //! While waiting, the caller re-checks at least every `recheck` interval (and
 //! exactly when the holder's TTL runs out, so a crashed holder's lock is taken
@@ -162,28 +168,48 @@ pub(crate) fn wait_loop<W: Waiting>(
     spec: WaitSpec<'_>,
     w: &W,
 ) -> Result<Option<W::Output>> {
-    let waiter_id = crate::new_token();
-    let mut channel = channel_prefix.to_vec();
-    channel.extend_from_slice(waiter_id.as_bytes());
-    let mut sub: Subscriber = client.checkout_subscriber(node_key)?;
-    let outcome = subscribe(&mut sub.conn, &channel, client.command_timeout())
-        .and_then(|()| run(&mut sub.conn, &channel, spec, &waiter_id, w));
-    let outcome = match outcome {
-        Ok(Some(v)) => Ok(Some(v)),
-        // Timed out: deregister; a hand-over that raced the deadline counts.
-        Ok(None) => w.leave(&waiter_id, Leaving::TimedOut),
-        Err(e) => {
-            // Best effort: the lease expires anyway if this fails too.
-            let _ = w.leave(&waiter_id, Leaving::Abandoned);
-            Err(e)
+    loop {
+        let waiter_id = crate::new_token();
+        let mut channel = channel_prefix.to_vec();
+        channel.extend_from_slice(waiter_id.as_bytes());
+        let mut sub: Subscriber = client.checkout_subscriber(node_key)?;
+        let outcome = subscribe(&mut sub.conn, &channel, client.command_timeout())
+            .and_then(|()| run(client, &mut sub, node_key, &channel, spec, &waiter_id, w));
+        let outcome = match outcome {
+            Ok(Step::Done(v)) => Ok(Some(v)),
+            // Timed out: deregister; a hand-over that raced the deadline counts.
+            Ok(Step::TimedOut) => w.leave(&waiter_id, Leaving::TimedOut),
+            // The subscription is on a node that no longer serves the key:
+            // deregister and start over with a subscription in the right place.
+            Ok(Step::Resubscribe) => match w.leave(&waiter_id, Leaving::TimedOut) {
+                Ok(Some(v)) => Ok(Some(v)),
+                Ok(None) => {
+                    let _ = sub.conn.unsubscribe_resp3(&channel);
+                    continue;
+                }
+                Err(e) => Err(e),
+            },
+            Err(e) => {
+                // Best effort: the lease expires anyway if this fails too.
+                let _ = w.leave(&waiter_id, Leaving::Abandoned);
+                Err(e)
+            }
+        };
+        // Unsubscribe without waiting for the confirmation: the next user of
+        // the connection skips it. A connection that cannot even send this is
+        // dropped.
+        if sub.conn.unsubscribe_resp3(&channel).is_ok() {
+            client.checkin_subscriber(sub);
         }
-    };
-    // Unsubscribe without waiting for the confirmation: the next user of the
-    // connection skips it. A connection that cannot even send this is dropped.
-    if sub.conn.unsubscribe_resp3(&channel).is_ok() {
-        client.checkin_subscriber(sub);
+        return outcome;
     }
-    outcome
+}
+
+/// How one subscription's wait ended.
+enum Step<T> {
+    Done(T),
+    TimedOut,
+    Resubscribe,
 }
 
 /// SUBSCRIBE, then wait for its confirmation (push frames of earlier,
@@ -205,18 +231,25 @@ fn subscribe(conn: &mut redis::Connection, channel: &[u8], timeout: Duration) ->
 }
 
 fn run<W: Waiting>(
-    conn: &mut redis::Connection,
+    client: &Client,
+    sub: &mut Subscriber,
+    node_key: &[u8],
     channel: &[u8],
     spec: WaitSpec<'_>,
     waiter_id: &str,
     w: &W,
-) -> Result<Option<W::Output>> {
+) -> Result<Step<W::Output>> {
+    let mut first = true;
     loop {
         if let Some(check) = spec.interrupt {
             check()?;
         }
+        if !first && !client.subscriber_is_current(sub, node_key) {
+            return Ok(Step::Resubscribe);
+        }
+        first = false;
         let hint = match w.attempt(waiter_id)? {
-            Attempt::Done(v) => return Ok(Some(v)),
+            Attempt::Done(v) => return Ok(Step::Done(v)),
             Attempt::Retry(hint) => hint,
         };
         let mut pause = spec.recheck;
@@ -226,14 +259,14 @@ fn run<W: Waiting>(
         if let Some(deadline) = spec.deadline {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Ok(None);
+                return Ok(Step::TimedOut);
             }
             pause = pause.min(left);
         }
-        if let Some(message) = listen(conn, channel, pause, spec.interrupt)?
+        if let Some(message) = listen(&mut sub.conn, channel, pause, spec.interrupt)?
             && let Some(v) = w.granted(&message)
         {
-            return Ok(Some(v));
+            return Ok(Step::Done(v));
         }
     }
 }

@@ -2,10 +2,15 @@
 //!
 //! Every held lock with `auto_renew` has a [`Lease`]. The thread wakes when the
 //! earliest lease is due (every ttl/3), renews *all* leases of one client that
-//! are due within the next short window in a single pipelined round trip, and
-//! marks a lease **lost** when Redis says the lock is no longer ours — or when
-//! no renewal succeeded for a whole TTL (Redis unreachable or stalled: by then
-//! the key has expired and someone else may hold it).
+//! are due within the next short window in a single pipelined round trip (one
+//! thread per client when several are due, so an unreachable server does not
+//! delay the others), and marks a lease **lost** when Redis says the lock is no
+//! longer ours.
+//!
+//! A lease is also lost, without waiting for any reply, once its validity has
+//! run out: the send time of the last successful renewal plus the TTL. By then
+//! the key has expired (Redis unreachable or stalled) and someone else may
+//! hold it.
 //!
 //! The thread is started on first use and after a `fork()` in the child (a
 //! child inherits no threads); leases of the parent are forgotten there, the
@@ -29,44 +34,55 @@ const RETRY_AFTER_ERROR: Duration = Duration::from_millis(200);
 pub(crate) struct Lease {
     client: Client,
     key: Vec<u8>,
+    fence: Vec<u8>,
     token: String,
     ttl_ms: AtomicU64,
     lost: AtomicBool,
     active: AtomicBool,
+    /// The key is ours at least until then (last confirmed send + TTL).
+    valid_until: Mutex<Instant>,
 }
 
 impl Lease {
-    pub(crate) fn new(client: Client, key: Vec<u8>, token: String, ttl: Duration) -> Arc<Self> {
+    /// A lease for a hold taken just now.
+    pub(crate) fn new(
+        client: Client,
+        key: Vec<u8>,
+        fence: Vec<u8>,
+        token: String,
+        ttl: Duration,
+    ) -> Arc<Self> {
         Arc::new(Self {
             client,
             key,
+            fence,
             token,
             ttl_ms: AtomicU64::new(crate::validate::millis(ttl)),
             lost: AtomicBool::new(false),
             active: AtomicBool::new(true),
+            valid_until: Mutex::new(Instant::now() + ttl),
         })
     }
 
-    /// True once a renewal found the lock gone (or could not renew it in time).
+    /// True once a renewal found the lock gone, or its validity ran out
+    /// without a successful renewal.
     pub(crate) fn is_lost(&self) -> bool {
-        self.lost.load(Ordering::Acquire)
-    }
-
-    /// Renewals now use this TTL (after an explicit extend).
-    pub(crate) fn set_ttl(&self, ttl: Duration) {
-        self.ttl_ms
-            .store(crate::validate::millis(ttl), Ordering::Release);
+        self.lost.load(Ordering::Acquire) || Instant::now() >= *lock(&self.valid_until)
     }
 
     fn ttl(&self) -> Duration {
         Duration::from_millis(self.ttl_ms.load(Ordering::Acquire))
+    }
+
+    fn confirmed(&self, sent: Instant) {
+        let mut until = lock(&self.valid_until);
+        *until = (*until).max(sent + self.ttl());
     }
 }
 
 struct Entry {
     lease: Arc<Lease>,
     due: Instant,
-    last_ok: Instant,
 }
 
 struct State {
@@ -110,7 +126,6 @@ pub(crate) fn register(lease: Arc<Lease>) {
     let mut st = state();
     st.entries.push(Entry {
         due: now + lease.ttl() / 3,
-        last_ok: now,
         lease,
     });
     if !st.running {
@@ -121,6 +136,21 @@ pub(crate) fn register(lease: Arc<Lease>) {
         if spawned.is_err() {
             st.running = false;
         }
+    }
+    drop(st);
+    watchdog().wake.notify_all();
+}
+
+/// An explicit extend to `ttl`, sent at `sent`, succeeded: renewals now use
+/// that TTL, and the next one is due a third of it from now.
+pub(crate) fn extended(lease: &Arc<Lease>, sent: Instant, ttl: Duration) {
+    lease
+        .ttl_ms
+        .store(crate::validate::millis(ttl), Ordering::Release);
+    *lock(&lease.valid_until) = sent + ttl;
+    let mut st = state();
+    if let Some(entry) = st.entries.iter_mut().find(|e| Arc::ptr_eq(&e.lease, lease)) {
+        entry.due = Instant::now() + ttl / 3;
     }
     drop(st);
     watchdog().wake.notify_all();
@@ -171,8 +201,23 @@ fn run() {
                 .push(e.lease.clone());
         }
         drop(st);
-        let results: Vec<(Arc<Lease>, Option<bool>)> =
-            groups.into_values().flat_map(renew_batch).collect();
+        let groups: Vec<Vec<Arc<Lease>>> = groups.into_values().collect();
+        let results: Vec<(Arc<Lease>, Option<bool>)> = if groups.len() == 1 {
+            groups.into_iter().flat_map(renew_batch).collect()
+        } else {
+            // One thread per client: a server that does not answer must not
+            // delay the renewals of locks on the others.
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = groups
+                    .into_iter()
+                    .map(|g| scope.spawn(move || renew_batch(g)))
+                    .collect();
+                handles
+                    .into_iter()
+                    .flat_map(|h| h.join().unwrap_or_default())
+                    .collect()
+            })
+        };
         st = state();
         let now = Instant::now();
         for (lease, outcome) in results {
@@ -185,19 +230,14 @@ fn run() {
             };
             let ttl = lease.ttl();
             match outcome {
-                Some(true) => {
-                    entry.last_ok = now;
-                    entry.due = now + ttl / 3;
-                }
+                Some(true) => entry.due = now + ttl / 3,
                 Some(false) => {
                     lease.lost.store(true, Ordering::Release);
                     lease.active.store(false, Ordering::Release);
                 }
-                None if now.duration_since(entry.last_ok) >= ttl => {
-                    // No renewal for a whole TTL: the key has expired by now.
-                    lease.lost.store(true, Ordering::Release);
-                    lease.active.store(false, Ordering::Release);
-                }
+                // Could not tell (error): try again soon. is_lost() turns true
+                // by itself once the validity runs out.
+                None if lease.is_lost() => lease.active.store(false, Ordering::Release),
                 None => entry.due = now + RETRY_AFTER_ERROR.min(ttl / 10),
             }
         }
@@ -219,11 +259,12 @@ fn renew_batch(leases: Vec<Arc<Lease>>) -> Vec<(Arc<Lease>, Option<bool>)> {
         .iter()
         .map(|l| {
             LOCK_EXTEND
-                .call(&[&l.key])
+                .call(&[&l.key, &l.fence])
                 .arg(&l.token)
                 .arg(l.ttl_ms.load(Ordering::Acquire))
         })
         .collect();
+    let sent = Instant::now();
     let replies = client.run("lock renewal", |conn| scripts::query_batch(conn, &calls));
     match replies {
         Ok(values) if values.len() == leases.len() => leases
@@ -231,7 +272,10 @@ fn renew_batch(leases: Vec<Arc<Lease>>) -> Vec<(Arc<Lease>, Option<bool>)> {
             .zip(values)
             .map(|(l, v)| {
                 let outcome = match v {
-                    redis::Value::Int(1) => Some(true),
+                    redis::Value::Int(1) => {
+                        l.confirmed(sent);
+                        Some(true)
+                    }
                     redis::Value::Int(0) => Some(false),
                     _ => None,
                 };

@@ -325,3 +325,20 @@ fn orphaned_legacy_lock_without_ttl_is_healed_not_stolen() {
     assert!(pttl > 0, "given an expiry: {pttl}");
     assert!(l.acquire(Wait::For(Duration::from_secs(5)), None).unwrap());
 }
+
+#[test]
+fn extend_to_a_shorter_ttl_reschedules_the_watchdog() {
+    let c = client();
+    let mut opts = lock_opts("shorter");
+    opts.ttl = Duration::from_secs(30);
+    opts.auto_renew = true;
+    let l = Lock::new(&c, b"x", opts).unwrap();
+    assert!(l.try_acquire().unwrap());
+    l.extend(Some(Duration::from_millis(300))).unwrap();
+    thread::sleep(Duration::from_millis(1000)); // > 3 x the new ttl
+    assert!(l.owned().unwrap(), "renewed on the new, shorter schedule");
+    assert!(!l.lost());
+    let pttl: i64 = redis::cmd("PTTL").arg(l.key()).query(&mut raw()).unwrap();
+    assert!(pttl <= 300, "renewals use the extended ttl: {pttl}");
+    l.release().unwrap();
+}

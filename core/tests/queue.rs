@@ -270,3 +270,33 @@ fn queue_ops_wait_for_a_legacy_queue_lock() {
     let _: () = r.del(&legacy_key).unwrap();
     assert_eq!(q.len().unwrap(), 1);
 }
+
+#[test]
+fn back_to_back_enqueues_wake_different_consumers() {
+    let c = client();
+    let mut opts = queue_opts("twowake");
+    opts.recheck = Duration::from_secs(30); // only wake-ups can deliver in time
+    let q = Queue::new(&c, b"q", opts.clone()).unwrap();
+    let consumers: Vec<_> = (0..2)
+        .map(|_| {
+            let (c, opts) = (c.clone(), opts.clone());
+            thread::spawn(move || {
+                let q = Queue::new(&c, b"q", opts).unwrap();
+                let got = q.pop(1, Wait::For(Duration::from_secs(20)), None, None).unwrap();
+                (ids(&got), Instant::now())
+            })
+        })
+        .collect();
+    thread::sleep(Duration::from_millis(400));
+    let sent = Instant::now();
+    q.enqueue(&["a"], 0.0, None).unwrap();
+    q.enqueue(&["b"], 0.0, None).unwrap();
+    let mut got: Vec<String> = Vec::new();
+    for h in consumers {
+        let (ids, at) = h.join().unwrap();
+        assert!(at.duration_since(sent) < Duration::from_secs(5), "woken, not re-checked");
+        got.extend(ids);
+    }
+    got.sort();
+    assert_eq!(got, ["a", "b"]);
+}

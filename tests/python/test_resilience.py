@@ -74,7 +74,7 @@ ACL_RULES = [
     "+subscribe", "+unsubscribe",
     # ... and run inside the scripts.
     "+time", "+set", "+del", "+pexpire", "+zadd", "+zrem", "+zrange", "+zrangebyscore", "+zscore",
-    "+hget", "+hset", "+hdel", "+publish",
+    "+hget", "+hset", "+hdel", "+publish", "+pubsub|numsub",
 ]
 
 

@@ -15,6 +15,8 @@ if holder == ARGV[2] then
   holder = false
 end
 if not holder and redis.call('EXISTS', waiters) == 1 then
-  grant_next(lock, fence, waiters, leases, ARGV[4], now_us())
+  local now = now_us()
+  prune_waiters(waiters, leases, math.floor(now / 1000))
+  grant_next(lock, fence, waiters, leases, ARGV[4], now)
 end
 return {0}

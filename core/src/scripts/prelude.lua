@@ -46,12 +46,21 @@ local function prune_waiters(waiters, leases, now_ms)
   end
 end
 
+-- Makes `key` live at least `ttl_ms` more (never shortens it: waiters of one
+-- name may have different leases).
+local function keep_alive(key, ttl_ms)
+  local current = redis.call('PTTL', key)
+  if current == -1 or (current >= 0 and current < ttl_ms) then
+    redis.call('PEXPIRE', key, ttl_ms)
+  end
+end
+
 -- Adds a waiter (keeping its first arrival time) and renews its lease.
 local function register_waiter(waiters, leases, member, now, lease_ms)
   redis.call('ZADD', waiters, 'NX', now, member)
   redis.call('ZADD', leases, math.floor(now / 1000) + lease_ms, member)
-  redis.call('PEXPIRE', waiters, lease_ms * 2)
-  redis.call('PEXPIRE', leases, lease_ms * 2)
+  keep_alive(waiters, lease_ms * 2)
+  keep_alive(leases, lease_ms * 2)
 end
 
 local function remove_waiter(waiters, leases, member)
@@ -59,19 +68,23 @@ local function remove_waiter(waiters, leases, member)
   redis.call('ZREM', leases, member)
 end
 
--- Wakes up to `n` of the oldest waiters. PUBLISH answers how many clients
--- heard it; 0 means that waiter's connection is gone (its process died), so
--- it is dropped on the spot and the next one is tried.
-local function wake_waiters(waiters, leases, channel, n)
+-- Wakes up to `n` of the oldest waiters (other than `skip`) and takes them
+-- off the list: a woken consumer registers again if it finds nothing, so the
+-- next wake-up goes to someone else. PUBLISH answers how many clients heard
+-- it; 0 means that waiter's connection is gone, so it is dropped and the next
+-- one is tried.
+local function wake_waiters(waiters, leases, channel, n, skip)
   local woken, offset, budget = 0, 0, n + 16
   while woken < n and budget > 0 do
     budget = budget - 1
     local member = redis.call('ZRANGE', waiters, offset, offset)[1]
     if not member then break end
-    if redis.call('PUBLISH', channel_of(channel, member), 'w') > 0 then
-      woken = woken + 1
+    if member == skip then
       offset = offset + 1
     else
+      if redis.call('PUBLISH', channel_of(channel, member), 'w') > 0 then
+        woken = woken + 1
+      end
       remove_waiter(waiters, leases, member)
     end
   end
@@ -88,20 +101,22 @@ end
 
 -- Hands a free lock straight to the oldest live waiter: sets the key to its
 -- token and publishes 'g:<fence>' on its channel, so it holds the lock the
--- moment it reads the message (no second round trip). Dead waiters (nobody
--- listening) are dropped. Returns the member granted, or nil.
+-- moment it reads the message (no second round trip). A waiter is live when
+-- it listens on this node: PUBSUB NUMSUB is checked before publishing,
+-- because a PUBLISH also travels to replicas and other cluster nodes, where a
+-- stale subscription of the same waiter must not read a grant that was never
+-- made. Dead waiters are dropped. Returns the member granted, or nil.
 local function grant_next(lock, fence, waiters, leases, channel, now)
-  for _ = 1, 16 do
+  for _ = 1, 64 do
     local member = redis.call('ZRANGE', waiters, 0, 0)[1]
     if not member then return nil end
     remove_waiter(waiters, leases, member)
     local id, ttl, token = string.match(member, '^([^|]*)|(%d+)|(.*)$')
-    if id then
+    if id and redis.call('PUBSUB', 'NUMSUB', channel .. id)[2] > 0 then
       local f = next_fence(fence, tonumber(ttl), now)
-      if redis.call('PUBLISH', channel .. id, 'g:' .. string.format('%.0f', f)) > 0 then
-        redis.call('SET', lock, token, 'PX', ttl)
-        return member
-      end
+      redis.call('SET', lock, token, 'PX', ttl)
+      redis.call('PUBLISH', channel .. id, 'g:' .. string.format('%.0f', f))
+      return member
     end
   end
   return nil

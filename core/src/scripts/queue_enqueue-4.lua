@@ -4,7 +4,8 @@
 -- Returns {added} or {-1, pttl} while a legacy client holds the queue lock.
 local busy = legacy_queue_lock(KEYS[2], ARGV[2])
 if busy then return {-1, busy} end
-local score = now_s() + tonumber(ARGV[1])
+local now = now_s()
+local score = now + tonumber(ARGV[1])
 local added, batch = 0, {}
 for i = 4, #ARGV do
   batch[#batch + 1] = score
@@ -18,6 +19,7 @@ if #batch > 0 then added = added + redis.call('ZADD', KEYS[1], 'NX', unpack(batc
 -- Wake as many waiting consumers as tasks were added (delayed ones too: a
 -- waiter recomputes how long to sleep from the earliest due time).
 if added > 0 and redis.call('EXISTS', KEYS[3]) == 1 then
-  wake_waiters(KEYS[3], KEYS[4], ARGV[3], added)
+  prune_waiters(KEYS[3], KEYS[4], math.floor(now * 1000))
+  wake_waiters(KEYS[3], KEYS[4], ARGV[3], added, '')
 end
 return {added}

@@ -8,6 +8,10 @@ local busy = legacy_queue_lock(KEYS[2], ARGV[4])
 if busy then return {-1, busy} end
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
-redis.call('ZADD', KEYS[1], 'NX', now_s() + tonumber(ARGV[3]), ARGV[1])
-if redis.call('EXISTS', KEYS[5]) == 1 then wake_waiters(KEYS[5], KEYS[6], ARGV[5], 1) end
+local now = now_s()
+redis.call('ZADD', KEYS[1], 'NX', now + tonumber(ARGV[3]), ARGV[1])
+if redis.call('EXISTS', KEYS[5]) == 1 then
+  prune_waiters(KEYS[5], KEYS[6], math.floor(now * 1000))
+  wake_waiters(KEYS[5], KEYS[6], ARGV[5], 1, '')
+end
 return {1}

@@ -14,14 +14,19 @@ if busy then return {-1, busy} end
 local now = now_s()
 local reclaimed = reclaim_expired(queue, inflight, receipts, now)
 local has_waiters = redis.call('EXISTS', waiters) == 1
-if reclaimed > 0 and has_waiters then wake_waiters(waiters, leases, ARGV[4], reclaimed) end
+if has_waiters then prune_waiters(waiters, leases, math.floor(now * 1000)) end
 if mode == 'reserve' then count = 1 end
 local items = redis.call('ZRANGEBYSCORE', queue, '-inf', now, 'WITHSCORES', 'LIMIT', 0, count)
 if #items == 0 then
   if me ~= '' then register_waiter(waiters, leases, me, math.floor(now * 1000000), lease) end
   return {0, next_work_at(queue, inflight), tostring(now)}
 end
-if has_waiters and me ~= '' then remove_waiter(waiters, leases, me) end
+if has_waiters then
+  if me ~= '' then remove_waiter(waiters, leases, me) end
+  -- Reclaimed tasks beyond what this call takes: let other consumers know.
+  local spare = reclaimed - #items / 2
+  if spare > 0 then wake_waiters(waiters, leases, ARGV[4], spare, me) end
+end
 if mode == 'reserve' then
   local id, score = items[1], items[2]
   local deadline = now + tonumber(ARGV[7]) / 1000
