@@ -12,7 +12,8 @@ in one run:
    starting together: busy efficiency (ideal busy time / span), p50/p99/max
    acquire wait, lost updates of a non-atomic counter;
 4. release -> waiter wake-up latency, p50/p99;
-5. mixed: 4 Python + 4 PHP ferrolock workers on one lock.
+5. mixed: 4 Python + 4 PHP ferrolock workers on one lock;
+6. queue: batch enqueue ids/s, single pops/s against the legacy class.
 
 Writes bench/results/results.{md,json,png}. Nothing here is a test: the
 machine is shared and noisy; the numbers are what one run measured.
@@ -210,6 +211,30 @@ def wakeup(url: str, impl: str, samples: int) -> dict:
     return {"p50_ms": percentile(lat, 50), "p99_ms": percentile(lat, 99)}
 
 
+# 6. ---------------------------------------------------------------- queue
+def batch_enqueue(url: str, ids: int, batch: int) -> float:
+    from ferrolock import Queue
+
+    q = Queue(f"bench-enqueue-{time.monotonic_ns()}", url=url)
+    names = [f"task-{i}" for i in range(ids)]
+    start = time.perf_counter()
+    for i in range(0, ids, batch):
+        q.enqueue(names[i:i + batch])
+    return ids / (time.perf_counter() - start)
+
+
+def single_pops(url: str, impl: str, seconds: float) -> float:
+    from ferrolock import Queue
+
+    name = f"bench-pop-{impl}-{time.monotonic_ns()}"
+    q = Queue(name, url=url)
+    for i in range(0, 200_000, 20_000):
+        q.enqueue([f"t{j}" for j in range(i, i + 20_000)])
+    out = subprocess.run([*PHP, str(HERE / "workers" / "queue_pop.php"), impl, url, name, str(seconds)],
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out)["pops_per_s"]
+
+
 # ---------------------------------------------------------------- report
 def chart(res: dict, path: Path) -> None:
     import matplotlib
@@ -269,6 +294,12 @@ def markdown(res: dict) -> str:
     lines += ["", "| release → waiter wake-up | p50 ms | p99 ms |", "|---|---:|---:|"]
     for n, w in res["wakeup"].items():
         lines.append(f"| {n} | {w['p50_ms']:.3f} | {w['p99_ms']:.3f} |")
+    qr = res["queue"]
+    lines += ["", "| queue | rate |", "|---|---:|",
+              f"| batch enqueue (Python, batches of 10 000 ids) | {qr['enqueue_ids_per_s']:,.0f} ids/s |",
+              f"| single pop, ferrolock (PHP) | {qr['pop_ferrolock']:,.0f} pops/s |",
+              f"| single pop, legacy RedisQueue (PHP, lock + ZRANGEBYSCORE + ZREM) | {qr['pop_legacy']:,.0f} pops/s |",
+              f"| ratio | {qr['pop_ferrolock'] / qr['pop_legacy']:.1f}x |"]
     return "\n".join(lines) + "\n"
 
 
@@ -338,6 +369,14 @@ def main() -> int:
                                ("redis-py Lock (sleep=0.1)", "redis-py", max(20, args.samples // 10))]:
             res["wakeup"][label] = w = wakeup(url, impl, n)
             print(f"   {label:<28} p50 {w['p50_ms']:.3f} ms  p99 {w['p99_ms']:.3f} ms", flush=True)
+
+        print("6. queue ...", flush=True)
+        res["queue"] = {
+            "enqueue_ids_per_s": batch_enqueue(url, 200_000, 10_000),
+            "pop_ferrolock": single_pops(url, "ferrolock", args.seconds),
+            "pop_legacy": single_pops(url, "legacy", args.seconds),
+        }
+        print(f"   {res['queue']}", flush=True)
     finally:
         server.close()
 
