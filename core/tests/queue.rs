@@ -282,7 +282,9 @@ fn back_to_back_enqueues_wake_different_consumers() {
             let (c, opts) = (c.clone(), opts.clone());
             thread::spawn(move || {
                 let q = Queue::new(&c, b"q", opts).unwrap();
-                let got = q.pop(1, Wait::For(Duration::from_secs(20)), None, None).unwrap();
+                let got = q
+                    .pop(1, Wait::For(Duration::from_secs(20)), None, None)
+                    .unwrap();
                 (ids(&got), Instant::now())
             })
         })
@@ -294,7 +296,10 @@ fn back_to_back_enqueues_wake_different_consumers() {
     let mut got: Vec<String> = Vec::new();
     for h in consumers {
         let (ids, at) = h.join().unwrap();
-        assert!(at.duration_since(sent) < Duration::from_secs(5), "woken, not re-checked");
+        assert!(
+            at.duration_since(sent) < Duration::from_secs(5),
+            "woken, not re-checked"
+        );
         got.extend(ids);
     }
     got.sort();
