@@ -88,18 +88,6 @@ fn tasks_zval(tasks: &[Task], count: i64) -> PhpResult<Zval> {
     Ok(z)
 }
 
-/// A non-empty queue name, or the legacy fallback with a warning.
-fn queue_name(name: StrArg, at: &At) -> PhpResult<Option<Vec<u8>>> {
-    let name = name.get(at)?;
-    Ok(match validate::name(&name, "queue name") {
-        Ok(()) => Some(name),
-        Err(e) => {
-            warn(e.message());
-            None
-        }
-    })
-}
-
 /// `string|int|array $id` → ids (an array: every element a scalar).
 fn ids_of(id: &Zval, at: &At) -> PhpResult<Vec<Vec<u8>>> {
     match id.array() {
@@ -109,6 +97,26 @@ fn ids_of(id: &Zval, at: &At) -> PhpResult<Vec<Vec<u8>>> {
 }
 
 impl RedisQueue {
+    /// The queue `$name` names: a TypeError for a non-string, `None` (and a
+    /// warning) for an invalid name, as the legacy class answered those.
+    fn open(&mut self, name: StrArg, at: &At) -> PhpResult<Option<Arc<Queue>>> {
+        let name = name.get(at)?;
+        settle(self.queue(&name))
+    }
+
+    /// [`RedisQueue::open`] plus a task count checked the legacy way.
+    fn open_counted(
+        &mut self,
+        name: StrArg,
+        at: &At,
+        count: i64,
+    ) -> PhpResult<Option<(Arc<Queue>, usize)>> {
+        let Some(queue) = self.open(name, at)? else {
+            return Ok(None);
+        };
+        Ok(settle(validate::count(count, "count"))?.map(|n| (queue, n)))
+    }
+
     fn queue(&mut self, name: &[u8]) -> ferrolock::Result<Arc<Queue>> {
         if let Some(q) = self.queues.get(name) {
             return Ok(q.clone());
@@ -167,7 +175,7 @@ impl RedisQueue {
     ) -> PhpResult<bool> {
         guard(|| {
             const F: &str = "RedisQueue::enqueue";
-            let Some(name) = queue_name(name, &at(F, 1, "name"))? else {
+            let Some(queue) = self.open(name, &at(F, 1, "name"))? else {
                 return Ok(false);
             };
             if id.is_null() || id.is_bool() || id.is_object() {
@@ -191,10 +199,6 @@ impl RedisQueue {
             let Some(delay) = settle(validate::offset(delay, "afterInterval"))? else {
                 return Ok(false);
             };
-            let queue = match settle(self.queue(&name))? {
-                Some(q) => q,
-                None => return Ok(false),
-            };
             Ok(settle(queue.enqueue(&ids, delay, Some(seconds(timeout))))?.is_some())
         })
     }
@@ -210,15 +214,12 @@ impl RedisQueue {
     ) -> PhpResult<bool> {
         guard(|| {
             const F: &str = "RedisQueue::dequeue";
-            let Some(name) = queue_name(name, &at(F, 1, "name"))? else {
+            let Some(queue) = self.open(name, &at(F, 1, "name"))? else {
                 return Ok(false);
             };
             let id = id_bytes(id, &at(F, 2, "id"))?;
             let score = score.get(&at(F, 3, "score"), "float")?;
             let timeout = timeout.get(&at(F, 4, "timeout"))?;
-            let Some(queue) = settle(self.queue(&name))? else {
-                return Ok(false);
-            };
             Ok(settle(queue.dequeue(&id, score, Some(seconds(timeout))))?.unwrap_or(false))
         })
     }
@@ -229,16 +230,9 @@ impl RedisQueue {
     pub fn pop(&mut self, name: StrArg, count: IntArg, timeout: IntArg) -> PhpResult<Zval> {
         guard(|| {
             const F: &str = "RedisQueue::pop";
-            let name = queue_name(name, &at(F, 1, "name"))?;
             let count = count.get(&at(F, 2, "count"))?;
             let timeout = timeout.get(&at(F, 3, "timeout"))?;
-            let (Some(name), Ok(n)) = (name, validate::count(count, "count")) else {
-                if count < 1 {
-                    warn(&format!("count must be >= 1, got {count}"));
-                }
-                return Ok(Fallback::EmptyArray.zval());
-            };
-            let Some(queue) = settle(self.queue(&name))? else {
+            let Some((queue, n)) = self.open_counted(name, &at(F, 1, "name"), count)? else {
                 return Ok(Fallback::EmptyArray.zval());
             };
             match settle(queue.pop(n, Wait::Try, Some(seconds(timeout)), None))? {
@@ -253,15 +247,8 @@ impl RedisQueue {
     pub fn top(&mut self, name: StrArg, count: IntArg) -> PhpResult<Zval> {
         guard(|| {
             const F: &str = "RedisQueue::top";
-            let name = queue_name(name, &at(F, 1, "name"))?;
             let count = count.get(&at(F, 2, "count"))?;
-            let (Some(name), Ok(n)) = (name, validate::count(count, "count")) else {
-                if count < 1 {
-                    warn(&format!("count must be >= 1, got {count}"));
-                }
-                return Ok(Fallback::EmptyArray.zval());
-            };
-            let Some(queue) = settle(self.queue(&name))? else {
+            let Some((queue, n)) = self.open_counted(name, &at(F, 1, "name"), count)? else {
                 return Ok(Fallback::EmptyArray.zval());
             };
             match settle(queue.top(n))? {
@@ -283,7 +270,7 @@ impl RedisQueue {
     ) -> PhpResult<Zval> {
         guard(|| {
             const F: &str = "RedisQueue::reserve";
-            let Some(name) = queue_name(name, &at(F, 1, "name"))? else {
+            let Some(queue) = self.open(name, &at(F, 1, "name"))? else {
                 return Ok(Fallback::False.zval());
             };
             let visibility = visibility.get(&at(F, 2, "visibility"), "int|float")?;
@@ -292,9 +279,6 @@ impl RedisQueue {
                 return Ok(Fallback::False.zval());
             };
             let Some(wait) = settle(Wait::from_secs(Some(wait), "wait"))? else {
-                return Ok(Fallback::False.zval());
-            };
-            let Some(queue) = settle(self.queue(&name))? else {
                 return Ok(Fallback::False.zval());
             };
             match settle(queue.reserve(Some(visibility), wait, None))?.flatten() {
@@ -309,14 +293,11 @@ impl RedisQueue {
     pub fn ack(&mut self, name: StrArg, id: &Zval, receipt: StrArg) -> PhpResult<bool> {
         guard(|| {
             const F: &str = "RedisQueue::ack";
-            let Some(name) = queue_name(name, &at(F, 1, "name"))? else {
+            let Some(queue) = self.open(name, &at(F, 1, "name"))? else {
                 return Ok(false);
             };
             let id = id_bytes(id, &at(F, 2, "id"))?;
             let receipt = String::from_utf8_lossy(&receipt.get(&at(F, 3, "receipt"))?).into_owned();
-            let Some(queue) = settle(self.queue(&name))? else {
-                return Ok(false);
-            };
             Ok(settle(queue.ack(&id, &receipt))?.unwrap_or(false))
         })
     }
@@ -332,15 +313,12 @@ impl RedisQueue {
     ) -> PhpResult<bool> {
         guard(|| {
             const F: &str = "RedisQueue::nack";
-            let Some(name) = queue_name(name, &at(F, 1, "name"))? else {
+            let Some(queue) = self.open(name, &at(F, 1, "name"))? else {
                 return Ok(false);
             };
             let id = id_bytes(id, &at(F, 2, "id"))?;
             let receipt = String::from_utf8_lossy(&receipt.get(&at(F, 3, "receipt"))?).into_owned();
             let delay = delay.get(&at(F, 4, "delay"), "int|float")?;
-            let Some(queue) = settle(self.queue(&name))? else {
-                return Ok(false);
-            };
             Ok(settle(queue.nack(&id, &receipt, delay))?.unwrap_or(false))
         })
     }
@@ -348,10 +326,7 @@ impl RedisQueue {
     /// Extra: number of queued tasks (due or delayed; reserved ones excluded).
     pub fn len(&mut self, name: StrArg) -> PhpResult<i64> {
         guard(|| {
-            let Some(name) = queue_name(name, &at("RedisQueue::len", 1, "name"))? else {
-                return Ok(0);
-            };
-            let Some(queue) = settle(self.queue(&name))? else {
+            let Some(queue) = self.open(name, &at("RedisQueue::len", 1, "name"))? else {
                 return Ok(0);
             };
             let n = queue.len().map_err(exception)?;
