@@ -141,12 +141,10 @@ impl Error {
     }
 
     /// True when the error says nothing about the state in Redis but only about
-    /// reaching it (connection, auth or timeout): the operation may be retried.
+    /// reaching it (connection or timeout): the operation may be retried.
+    /// Rejected credentials are not transient: retrying does not fix them.
     pub fn is_transient(&self) -> bool {
-        matches!(
-            self.kind,
-            ErrorKind::Connection | ErrorKind::Timeout | ErrorKind::Auth
-        )
+        matches!(self.kind, ErrorKind::Connection | ErrorKind::Timeout)
     }
 }
 
@@ -192,7 +190,7 @@ mod tests {
         assert!(!e.is_connection());
         assert_eq!(e.to_string(), "lock name must not be empty");
         let e = Error::new(ErrorKind::Auth, "x");
-        assert!(e.is_connection() && e.is_transient());
+        assert!(e.is_connection() && !e.is_transient());
     }
 
     #[test]

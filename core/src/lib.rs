@@ -22,8 +22,10 @@
 //! # Ok::<(), ferrolock::Error>(())
 //! ```
 //!
-//! Redis layout: see [`keys`]. Waiting: see [`wait`]. Renewal: see the
-//! `watchdog` module documentation.
+//! Redis layout: see [`keys`]. Waiting: see [`wait`]. Renewal
+//! ([`LockOptions::auto_renew`]): one background thread per process renews
+//! held locks every ttl/3, batched per server, and reports a lock lost when a
+//! renewal finds it gone or none succeeded within its TTL.
 #![warn(missing_docs)]
 
 mod client;
