@@ -20,8 +20,6 @@
 //! {t}Queue:<name>:leases        zset    their lease deadlines
 //! ```
 
-use std::sync::OnceLock;
-
 /// Number of hash slots in Redis Cluster.
 const SLOTS: usize = 16384;
 
@@ -37,38 +35,12 @@ pub fn slot_of(key: &[u8]) -> u16 {
     crc16::State::<crc16::XMODEM>::calculate(hashed) % SLOTS as u16
 }
 
-/// A short string whose slot is `slot`, for every slot (computed once, ~5 ms).
+include!(concat!(env!("OUT_DIR"), "/slot_tags.rs"));
+
+/// A short string (1 to 3 characters) whose slot is `slot`, from the table
+/// `build.rs` generates.
 fn tag_for_slot(slot: u16) -> &'static str {
-    static TABLE: OnceLock<Vec<String>> = OnceLock::new();
-    let table = TABLE.get_or_init(|| {
-        const ALPHABET: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
-        let mut table = vec![String::new(); SLOTS];
-        let mut missing = SLOTS;
-        let mut len = 1;
-        while missing > 0 {
-            let mut idx = vec![0usize; len];
-            'candidates: loop {
-                let candidate: Vec<u8> = idx.iter().map(|&i| ALPHABET[i]).collect();
-                let s = crc16::State::<crc16::XMODEM>::calculate(&candidate) as usize % SLOTS;
-                if table[s].is_empty() {
-                    table[s] = String::from_utf8_lossy(&candidate).into_owned();
-                    missing -= 1;
-                }
-                // next candidate of this length (odometer)
-                for pos in (0..len).rev() {
-                    idx[pos] += 1;
-                    if idx[pos] < ALPHABET.len() {
-                        continue 'candidates;
-                    }
-                    idx[pos] = 0;
-                }
-                break;
-            }
-            len += 1;
-        }
-        table
-    });
-    &table[slot as usize]
+    SLOT_TAGS[usize::from(slot) % SLOTS]
 }
 
 /// `{t}` + `main` + `:` : the prefix of every auxiliary key of `main`.
@@ -174,8 +146,24 @@ mod tests {
     fn every_slot_has_a_tag() {
         for slot in 0..SLOTS as u16 {
             let tag = tag_for_slot(slot);
-            assert!(!tag.is_empty() && tag.len() <= 4);
+            assert!(!tag.is_empty() && tag.len() <= 3);
             assert_eq!(slot_of(tag.as_bytes()), slot);
+        }
+    }
+
+    #[test]
+    fn tags_are_stable() {
+        // Tags are part of the key layout: a change would rename every
+        // auxiliary key and strand the waiters of running processes.
+        for (slot, tag) in [
+            (0, "06S"),
+            (1, "Qi"),
+            (42, "5kK"),
+            (8000, "42"),
+            (12182, "9Le"),
+            (16383, "6ZJ"),
+        ] {
+            assert_eq!(tag_for_slot(slot), tag);
         }
     }
 
