@@ -77,7 +77,9 @@ struct Idle {
     conns: Vec<Conn>,
     /// Connections used for subscriptions, per cluster node (`None`: the
     /// server or Sentinel master).
-    subscribers: HashMap<Option<(String, u16)>, Vec<redis::Connection>>,
+    /// Idle subscriber connections per node, each with the channel of its
+    /// last finished wait if it still listens to it (see [`Subscriber::leftover`]).
+    subscribers: HashMap<Option<(String, u16)>, Vec<IdleSubscriber>>,
     slot_map: Option<(Instant, SlotMap)>,
     /// Sentinel: the master client currently believed to be right, and when
     /// the sentinels last confirmed it.
@@ -393,14 +395,19 @@ impl Client {
     /// server itself, the Sentinel master, or the cluster node owning the
     /// key's slot). Subscriber connections speak RESP3, where subscription
     /// traffic arrives as push frames: they can unsubscribe without waiting
-    /// for the confirmation (the next user skips it). They have a pool of
+    /// for the confirmation (the next user skips it), or leave that to the
+    /// next user altogether ([`Subscriber::leftover`]). They have a pool of
     /// their own and never carry ordinary commands.
     /// Return it with [`Client::checkin_subscriber`].
     pub(crate) fn checkout_subscriber(&self, key: &[u8]) -> Result<Subscriber> {
         let ctx = self.inner.config.redacted_url();
         let node = self.subscription_node(key)?;
-        if let Some(conn) = self.idle().subscribers.get_mut(&node).and_then(Vec::pop) {
-            return Ok(Subscriber { conn, node });
+        if let Some((conn, leftover)) = self.idle().subscribers.get_mut(&node).and_then(Vec::pop) {
+            return Ok(Subscriber {
+                conn,
+                node,
+                leftover,
+            });
         }
         let client = match (&self.inner.backend, &node) {
             (Backend::Single(_) | Backend::Sentinel, _) => {
@@ -446,7 +453,11 @@ impl Client {
         let conn = self
             .open_plain(&client)
             .map_err(|e| Error::from_redis(ctx, e))?;
-        Ok(Subscriber { conn, node })
+        Ok(Subscriber {
+            conn,
+            node,
+            leftover: None,
+        })
     }
 
     /// Where subscriptions for `key` must live: nowhere in particular for one
@@ -485,13 +496,10 @@ impl Client {
         if !sub.conn.is_open() {
             return;
         }
-        let _ = sub
-            .conn
-            .set_read_timeout(Some(self.inner.config.command_timeout));
         let mut idle = self.idle();
         let list = idle.subscribers.entry(sub.node).or_default();
         if list.len() < MAX_IDLE {
-            list.push(sub.conn);
+            list.push((sub.conn, sub.leftover));
         }
     }
 
@@ -529,6 +537,9 @@ impl Client {
     }
 }
 
+/// A pooled subscriber connection and the leftover channel it still listens to.
+type IdleSubscriber = (redis::Connection, Option<Vec<u8>>);
+
 /// Cluster slot ranges and the master serving each: `(first, last, host, port)`.
 type SlotMap = Vec<(u16, u16, String, u16)>;
 
@@ -536,6 +547,13 @@ type SlotMap = Vec<(u16, u16, String, u16)>;
 pub(crate) struct Subscriber {
     pub conn: redis::Connection,
     node: Option<(String, u16)>,
+    /// The channel of a wait that ended successfully and that this connection
+    /// still listens to. Unsubscribing costs a write, which a waiter that was
+    /// just handed a lock should not pay before returning: the next wait on
+    /// this connection sends it together with its own SUBSCRIBE. Harmless
+    /// meanwhile: a finished waiter is in no waiter list, so nothing is ever
+    /// published to its channel again.
+    pub leftover: Option<Vec<u8>>,
 }
 
 fn single_client(info: &ConnectionInfo, config: &Config) -> RedisResult<redis::Client> {

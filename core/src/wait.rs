@@ -173,10 +173,17 @@ pub(crate) fn wait_loop<W: Waiting>(
         let mut channel = channel_prefix.to_vec();
         channel.extend_from_slice(waiter_id.as_bytes());
         let mut sub: Subscriber = client.checkout_subscriber(node_key)?;
-        let outcome = subscribe(&mut sub.conn, &channel, client.command_timeout())
+        let outcome = subscribe(&mut sub, &channel, client.command_timeout())
             .and_then(|()| run(client, &mut sub, node_key, &channel, spec, &waiter_id, w));
         let outcome = match outcome {
-            Ok(Step::Done(v)) => Ok(Some(v)),
+            Ok(Step::Done(v)) => {
+                // Success: our registration is gone (the script that granted
+                // or served us removed it), so the subscription can wait for
+                // the next user of the connection to drop it.
+                sub.leftover = Some(channel);
+                client.checkin_subscriber(sub);
+                return Ok(Some(v));
+            }
             // Timed out: deregister; a hand-over that raced the deadline counts.
             Ok(Step::TimedOut) => w.leave(&waiter_id, Leaving::TimedOut),
             // The subscription is on a node that no longer serves the key:
@@ -212,12 +219,23 @@ enum Step<T> {
     Resubscribe,
 }
 
-/// SUBSCRIBE, then wait for its confirmation (push frames of earlier,
-/// finished waits on this connection are skipped).
-fn subscribe(conn: &mut redis::Connection, channel: &[u8], timeout: Duration) -> Result<()> {
+/// SUBSCRIBE (in the same write as the UNSUBSCRIBE of a leftover channel),
+/// then wait for its confirmation (push frames of earlier, finished waits on
+/// this connection are skipped).
+fn subscribe(sub: &mut Subscriber, channel: &[u8], timeout: Duration) -> Result<()> {
     let fail = |e| Error::from_redis("subscribing", e);
+    let conn = &mut sub.conn;
     conn.set_read_timeout(Some(timeout)).map_err(fail)?;
-    conn.subscribe_resp3(channel).map_err(fail)?;
+    let mut packed = Vec::new();
+    if let Some(old) = sub.leftover.take() {
+        redis::cmd("UNSUBSCRIBE")
+            .arg(old)
+            .write_packed_command(&mut packed);
+    }
+    redis::cmd("SUBSCRIBE")
+        .arg(channel)
+        .write_packed_command(&mut packed);
+    conn.send_packed_command(&packed).map_err(fail)?;
     loop {
         if let redis::Value::Push {
             kind: redis::PushKind::Subscribe,

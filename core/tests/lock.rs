@@ -173,6 +173,48 @@ fn release_wakes_a_waiter_by_notification() {
     assert!(woke.duration_since(released) < Duration::from_secs(5));
 }
 
+/// Channels of this test's waiters that some connection listens to.
+fn waiter_channels(prefix: &[u8]) -> Vec<String> {
+    let pattern = format!("*{}*:wake:*", String::from_utf8_lossy(prefix));
+    redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .arg(pattern)
+        .query(&mut raw())
+        .unwrap()
+}
+
+#[test]
+fn a_finished_wait_leaves_one_subscription_that_the_next_wait_drops() {
+    // A waiter handed the lock returns without unsubscribing (that write
+    // would delay it); the next wait on the pooled connection drops the old
+    // channel in the same write as its own SUBSCRIBE.
+    let c = client();
+    let opts = lock_opts("leftover");
+    let holder = Lock::new(&c, b"x", opts.clone()).unwrap();
+    let waiter = Arc::new(Lock::new(&c, b"x", opts.clone()).unwrap());
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        assert!(holder.try_acquire().unwrap());
+        let w = thread::spawn({
+            let waiter = waiter.clone();
+            move || waiter.acquire(Wait::For(Duration::from_secs(20)), None).unwrap()
+        });
+        thread::sleep(Duration::from_millis(200));
+        holder.release().unwrap();
+        assert!(w.join().unwrap());
+        // Only the last wait's channel is still subscribed.
+        let channels = waiter_channels(&opts.prefix);
+        assert_eq!(channels.len(), 1, "{channels:?}");
+        assert!(!seen.contains(&channels[0]), "a new channel per wait");
+        seen.push(channels[0].clone());
+        // The leftover is in no waiter list: the release goes nowhere, and
+        // the next acquire by anyone succeeds at once.
+        waiter.release().unwrap();
+        assert!(holder.try_acquire().unwrap());
+        holder.release().unwrap();
+    }
+}
+
 #[test]
 fn a_crashed_holders_lock_is_taken_when_its_ttl_ends() {
     let c = client();
