@@ -11,12 +11,12 @@ if holder == ARGV[2] then
   if ARGV[3] ~= '1' then
     return {1, tonumber(redis.call('GET', fence) or '0')}
   end
-  redis.call('DEL', lock)
-  holder = false
+  if not grant_next(lock, fence, waiters, leases, ARGV[4]) then
+    redis.call('DEL', lock)
+  end
+  return {0}
 end
-if not holder and redis.call('EXISTS', waiters) == 1 then
-  local now = now_us()
-  prune_waiters(waiters, leases, math.floor(now / 1000))
-  grant_next(lock, fence, waiters, leases, ARGV[4], now)
+if not holder then
+  grant_next(lock, fence, waiters, leases, ARGV[4])
 end
 return {0}

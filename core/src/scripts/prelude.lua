@@ -38,12 +38,14 @@ local function channel_of(channel, member)
 end
 
 -- Drops waiters whose lease ran out (their process stopped checking in).
+-- Returns how many were dropped.
 local function prune_waiters(waiters, leases, now_ms)
   local dead = redis.call('ZRANGEBYSCORE', leases, '-inf', now_ms, 'LIMIT', 0, 64)
   if #dead > 0 then
     redis.call('ZREM', waiters, unpack(dead))
     redis.call('ZREM', leases, unpack(dead))
   end
+  return #dead
 end
 
 -- Makes `key` live at least `ttl_ms` more (never shortens it: waiters of one
@@ -102,13 +104,21 @@ end
 -- Hands a free lock straight to the oldest live waiter: sets the key to its
 -- token and publishes 'g:<fence>' on its channel, so it holds the lock the
 -- moment it reads the message (no second round trip). A waiter is live when
--- it listens on this node: PUBSUB NUMSUB is checked before publishing,
--- because a PUBLISH also travels to replicas and other cluster nodes, where a
--- stale subscription of the same waiter must not read a grant that was never
--- made. Dead waiters are dropped. Returns the member granted, or nil.
+-- its lease has not run out (expired ones are pruned first) and it listens on
+-- this node: PUBSUB NUMSUB is checked before publishing, because a PUBLISH
+-- also travels to replicas and other cluster nodes, where a stale
+-- subscription of the same waiter must not read a grant that was never made.
+-- Dead waiters are dropped. `now` (µs) is read from the server clock when not
+-- given, and only when someone waits: a release without waiters stays short.
+-- Returns the member granted, or nil (the caller then frees the lock).
 local function grant_next(lock, fence, waiters, leases, channel, now)
+  local member = redis.call('ZRANGE', waiters, 0, 0)[1]
+  if not member then return nil end
+  now = now or now_us()
+  if prune_waiters(waiters, leases, math.floor(now / 1000)) > 0 then
+    member = redis.call('ZRANGE', waiters, 0, 0)[1]
+  end
   for _ = 1, 64 do
-    local member = redis.call('ZRANGE', waiters, 0, 0)[1]
     if not member then return nil end
     remove_waiter(waiters, leases, member)
     local id, ttl, token = string.match(member, '^([^|]*)|(%d+)|(.*)$')
@@ -118,6 +128,7 @@ local function grant_next(lock, fence, waiters, leases, channel, now)
       redis.call('PUBLISH', channel .. id, 'g:' .. string.format('%.0f', f))
       return member
     end
+    member = redis.call('ZRANGE', waiters, 0, 0)[1]
   end
   return nil
 end
