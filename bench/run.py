@@ -129,7 +129,11 @@ def uncontended_php(url: str, impl: str, seconds: float) -> float:
 def contention(url: str, workers: list[tuple[str, str]], rounds: int, cs_ms: float, tag: str) -> dict:
     """workers: (language, impl) per process."""
     name = f"bench-{tag}-{time.monotonic_ns()}"
-    counter = Path(tempfile.mkdtemp(prefix="ferrolock-bench-")) / "counter"
+    # The counter lives on tmpfs when there is one: a disk file's write (ext4
+    # flushes a truncated-and-rewritten file on close) would lengthen every
+    # critical section and be charged to the lock.
+    shm = Path("/dev/shm")
+    counter = Path(tempfile.mkdtemp(prefix="ferrolock-bench-", dir=shm if shm.is_dir() else None)) / "counter"
     counter.write_text("0")
     start_at = time.monotonic_ns() + int(1.5e9)
     procs = []
@@ -139,13 +143,18 @@ def contention(url: str, workers: list[tuple[str, str]], rounds: int, cs_ms: flo
         else:
             cmd = [*PHP, str(HERE / "workers" / "contend.php")]
         cmd += [impl, url, name, counter, str(rounds), str(start_at), str(cs_ms)]
-        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True))
-    waits, spans = [], []
+        procs.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+    # A worker reports, then stays until every worker has reported (we close
+    # its stdin): an interpreter shutting down would take a CPU from the
+    # workers still measuring, on a machine with few cores.
+    reports = [p.stdout.readline() for p in procs]
     for p in procs:
-        out, _ = p.communicate(timeout=1800)
-        if p.returncode != 0:
+        p.stdin.close()
+    waits, spans = [], []
+    for p, line in zip(procs, reports):
+        if p.wait(timeout=60) != 0 or not line.strip():
             raise RuntimeError(f"{workers} worker failed")
-        data = json.loads(out.strip().splitlines()[-1])
+        data = json.loads(line)
         waits += data["waits"]
         spans += data["spans"]
     total = len(workers) * rounds

@@ -1,7 +1,8 @@
 <?php
 /** Benchmark worker (PHP): $rounds critical sections on one lock.
  *  Each critical section does a non-atomic read-modify-write of a shared counter file
- *  and works (spins) until $csMs have passed since it got the lock.
+ *  (opened once, fixed width: one read and one write) and works (spins) until $csMs have
+ *  passed since it got the lock.
  *  Usage: contend.php <impl> <url> <lock name> <counter file> <rounds> <start_at_ns> <cs_ms>
  *  impl: ferrolock | ferrolock-fair | legacy */
 require __DIR__ . '/../../tests/php/legacy/LegacyRedis.php';
@@ -12,6 +13,10 @@ $lock = match ($impl) {
     'ferrolock-fair' => new RedisLock(['url' => $url, 'fair' => true]),
     'legacy' => new LegacyRedisLock(),
 };
+// Opened once, unbuffered: the critical section should cost 2 ms of work, not file opens.
+$fd = fopen($counter, 'r+');
+stream_set_read_buffer($fd, 0);
+stream_set_write_buffer($fd, 0);
 while (hrtime(true) < (int) $startAt) {
     usleep(500);
 }
@@ -25,14 +30,18 @@ for ($i = 0; $i < (int) $rounds; $i++) {
         exit(1);
     }
     $t1 = hrtime(true);
-    $value = (int) file_get_contents($counter);
+    rewind($fd);
+    $value = (int) fread($fd, 32); // deliberately non-atomic
     $end = $t1 + (int) ((float) $csMs * 1e6);
     while (hrtime(true) < $end) {
     }
-    file_put_contents($counter, (string) ($value + 1));
+    rewind($fd);
+    fwrite($fd, str_pad((string) ($value + 1), 32));
     $t2 = hrtime(true);
     $lock->unlock($name);
     $waits[] = $t1 - $t0;
     $spans[] = [$t1, $t2];
 }
 echo json_encode(['waits' => $waits, 'spans' => $spans]), "\n";
+fflush(STDOUT);
+stream_get_contents(STDIN); // stay until every worker is done (the runner closes stdin)

@@ -1,9 +1,10 @@
 """Benchmark worker (Python): `rounds` critical sections on one lock.
 
 Each critical section does a deliberately non-atomic read-modify-write of a
-counter file shared by all workers (lost updates show a broken lock) and
-works (spins) until `cs_ms` have passed since it got the lock: a sleep would
-overshoot by a scheduler tick and charge that to the lock.
+counter file shared by all workers (lost updates show a broken lock; the file
+is opened once and padded to a fixed width, so an update is one pread and one
+pwrite) and works (spins) until `cs_ms` have passed since it got the lock: a
+sleep would overshoot by a scheduler tick and charge that to the lock.
 
 Usage: contend.py <impl> <url> <lock name> <counter file> <rounds> <start_at_ns> <cs_ms>
 impl: ferrolock | ferrolock-fair | redis-py | python-redis-lock
@@ -11,6 +12,7 @@ Prints one JSON line: acquire waits (ns), critical-section start/end (monotonic 
 """
 
 import json
+import os
 import sys
 import time
 
@@ -37,6 +39,8 @@ else:
     sys.exit(f"unknown impl {impl}")
 
 raw.ping()
+# Opened once: the critical section should cost 2 ms of work, not file opens.
+fd = os.open(counter, os.O_RDWR)
 while time.monotonic_ns() < start_at:
     time.sleep(0.0005)
 waits, spans = [], []
@@ -44,16 +48,14 @@ for _ in range(rounds):
     t0 = time.monotonic_ns()
     assert acquire()
     t1 = time.monotonic_ns()
-    with open(counter, "r+") as f:  # deliberately non-atomic
-        value = int(f.read() or 0)
-        end = t1 + int(cs * 1e9)
-        while time.monotonic_ns() < end:
-            pass
-        f.seek(0)
-        f.write(str(value + 1))
-        f.truncate()
+    value = int(os.pread(fd, 32, 0) or 0)  # deliberately non-atomic
+    end = t1 + int(cs * 1e9)
+    while time.monotonic_ns() < end:
+        pass
+    os.pwrite(fd, str(value + 1).encode().ljust(32), 0)
     t2 = time.monotonic_ns()
     release()
     waits.append(t1 - t0)
     spans.append((t1, t2))
-print(json.dumps({"waits": waits, "spans": spans}))
+print(json.dumps({"waits": waits, "spans": spans}), flush=True)
+sys.stdin.read()  # stay until every worker is done (the runner closes stdin)
