@@ -197,7 +197,11 @@ fn a_finished_wait_leaves_one_subscription_that_the_next_wait_drops() {
         assert!(holder.try_acquire().unwrap());
         let w = thread::spawn({
             let waiter = waiter.clone();
-            move || waiter.acquire(Wait::For(Duration::from_secs(20)), None).unwrap()
+            move || {
+                waiter
+                    .acquire(Wait::For(Duration::from_secs(20)), None)
+                    .unwrap()
+            }
         });
         thread::sleep(Duration::from_millis(200));
         holder.release().unwrap();
