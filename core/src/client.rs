@@ -9,7 +9,7 @@
 //! down TLS sessions the parent still uses) and connects afresh.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use redis::{ConnectionInfo, ConnectionLike, RedisResult};
@@ -94,21 +94,72 @@ enum Backend {
     Cluster(redis::cluster::ClusterClient),
 }
 
-/// The id of this process, without a system call per operation: cached, and
-/// refreshed in a forked child by a `pthread_atfork` handler.
-pub(crate) fn current_pid() -> u32 {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static PID: AtomicU32 = AtomicU32::new(0);
-    extern "C" fn refresh_in_child() {
-        PID.store(std::process::id(), Ordering::Relaxed);
+use crate::fork::current_pid;
+
+/// Every pool of this process, so that `fork()` can wait until none is in use
+/// (see `fork.rs`).
+static POOLS: Mutex<Vec<Weak<Inner>>> = Mutex::new(Vec::new());
+
+/// The process-wide clients of [`Client::shared`], by URL.
+static REGISTRY: Mutex<Option<HashMap<String, Client>>> = Mutex::new(None);
+
+/// What `fork()`'s prepare handler holds until the parent and child handlers
+/// run (all three run in the forking thread).
+#[derive(Default)]
+struct ForkHold {
+    registry: Option<MutexGuard<'static, Option<HashMap<String, Client>>>>,
+    pools: Option<MutexGuard<'static, Vec<Weak<Inner>>>>,
+    /// Each pool's guard, with the pool it borrows from (dropped after it).
+    idle: Vec<(MutexGuard<'static, Idle>, Arc<Inner>)>,
+}
+
+thread_local! {
+    static FORK_HOLD: std::cell::RefCell<ForkHold> = std::cell::RefCell::default();
+}
+
+/// `fork()` prepare handler: waits until no thread uses the registry or a pool.
+pub(crate) fn hold_for_fork() {
+    let registry = lock(&REGISTRY);
+    let pools = lock(&POOLS);
+    let mut idle = Vec::new();
+    for inner in pools.iter().filter_map(Weak::upgrade) {
+        // SAFETY: the guard borrows from the pool `inner` points to, and is
+        // stored next to that Arc, which keeps the pool alive; `ForkHold`
+        // drops the guard first (tuple fields drop in order).
+        let m: &'static Mutex<Idle> = unsafe { &*std::ptr::from_ref(&inner.idle) };
+        idle.push((lock(m), inner));
     }
-    static REGISTER: std::sync::Once = std::sync::Once::new();
-    REGISTER.call_once(|| {
-        PID.store(std::process::id(), Ordering::Relaxed);
-        // SAFETY: registers a handler that only stores to an atomic.
-        unsafe { libc::pthread_atfork(None, None, Some(refresh_in_child)) };
-    });
-    PID.load(Ordering::Relaxed)
+    let hold = ForkHold {
+        registry: Some(registry),
+        pools: Some(pools),
+        idle,
+    };
+    // Unavailable only while this thread is being torn down: then the fork
+    // goes ahead without holding anything, as it would without this handler.
+    let _ = FORK_HOLD.try_with(|h| *h.borrow_mut() = hold);
+}
+
+/// `fork()` parent and child handler: lets go of what [`hold_for_fork`] held.
+/// In the child the pools are not dropped (were one the last reference, it
+/// would close sockets the parent still uses); `Client::idle` empties them
+/// there.
+pub(crate) fn release_after_fork(in_child: bool) {
+    let hold = FORK_HOLD
+        .try_with(|h| std::mem::take(&mut *h.borrow_mut()))
+        .unwrap_or_default();
+    let ForkHold {
+        registry,
+        pools,
+        idle,
+    } = hold;
+    for (guard, inner) in idle {
+        drop(guard);
+        if in_child {
+            std::mem::forget(inner);
+        }
+    }
+    drop(pools);
+    drop(registry);
 }
 
 impl Client {
@@ -141,33 +192,38 @@ impl Client {
             }
         };
         install_crypto_provider();
-        Ok(Self {
-            inner: Arc::new(Inner {
-                config,
-                backend,
-                idle: Mutex::new(Idle {
-                    pid: current_pid(),
-                    conns: Vec::new(),
-                    subscribers: HashMap::new(),
-                    slot_map: None,
-                    master: None,
-                    sentinel: None,
-                }),
+        let inner = Arc::new(Inner {
+            config,
+            backend,
+            idle: Mutex::new(Idle {
+                pid: current_pid(),
+                conns: Vec::new(),
+                subscribers: HashMap::new(),
+                slot_map: None,
+                master: None,
+                sentinel: None,
             }),
-        })
+        });
+        let mut pools = lock(&POOLS);
+        pools.retain(|p| p.strong_count() > 0);
+        pools.push(Arc::downgrade(&inner));
+        Ok(Self { inner })
     }
 
     /// The process-wide client for `url`: every lock and queue naming the same
     /// URL shares one pool.
     pub fn shared(url: &str) -> Result<Self> {
-        static REGISTRY: OnceLock<Mutex<HashMap<String, Client>>> = OnceLock::new();
-        let registry = REGISTRY.get_or_init(Default::default);
         let key = url.trim().to_owned();
-        if let Some(client) = lock(registry).get(&key) {
+        if let Some(client) = lock(&REGISTRY).as_ref().and_then(|r| r.get(&key)) {
             return Ok(client.clone());
         }
         let client = Client::new(Config::from_url(&key)?)?;
-        Ok(lock(registry).entry(key).or_insert(client).clone())
+        let mut registry = lock(&REGISTRY);
+        Ok(registry
+            .get_or_insert_with(HashMap::new)
+            .entry(key)
+            .or_insert(client)
+            .clone())
     }
 
     /// The settings this client was built from.

@@ -31,6 +31,7 @@
 mod client;
 mod config;
 mod error;
+mod fork;
 pub mod keys;
 mod lock;
 mod queue;

@@ -94,7 +94,7 @@ struct Held {
 impl State {
     /// The hold of this process (a forked child does not own its parent's locks).
     fn held_here(&mut self) -> Option<&mut Held> {
-        let pid = crate::client::current_pid();
+        let pid = crate::fork::current_pid();
         self.held.as_mut().filter(|h| h.pid == pid)
     }
 }
@@ -220,7 +220,7 @@ impl Lock {
         st.held = Some(Held {
             token,
             fence,
-            pid: crate::client::current_pid(),
+            pid: crate::fork::current_pid(),
             depth: 1,
             lease,
         });

@@ -140,7 +140,7 @@ impl Redlock {
                 *lock(&self.state) = Some(Held {
                     token,
                     fence,
-                    pid: crate::client::current_pid(),
+                    pid: crate::fork::current_pid(),
                     valid_until: start + validity,
                 });
                 self.lost.store(false, Ordering::Release);
@@ -212,7 +212,7 @@ impl Redlock {
     fn held_token(&self) -> Option<String> {
         lock(&self.state)
             .as_ref()
-            .filter(|h| h.pid == crate::client::current_pid())
+            .filter(|h| h.pid == crate::fork::current_pid())
             .map(|h| h.token.clone())
     }
 
@@ -330,7 +330,7 @@ impl Redlock {
     pub fn fencing_token(&self) -> Option<i64> {
         lock(&self.state)
             .as_ref()
-            .filter(|h| h.pid == crate::client::current_pid())
+            .filter(|h| h.pid == crate::fork::current_pid())
             .map(|h| h.fence)
     }
 
@@ -339,9 +339,9 @@ impl Redlock {
         if self.lost.load(Ordering::Acquire) {
             return true;
         }
-        lock(&self.state).as_ref().is_some_and(|h| {
-            h.pid == crate::client::current_pid() && Instant::now() >= h.valid_until
-        })
+        lock(&self.state)
+            .as_ref()
+            .is_some_and(|h| h.pid == crate::fork::current_pid() && Instant::now() >= h.valid_until)
     }
 
     fn not_owned(&self, why: &str) -> Error {

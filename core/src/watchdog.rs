@@ -18,7 +18,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::client::{Client, lock};
@@ -39,8 +39,10 @@ pub(crate) struct Lease {
     ttl_ms: AtomicU64,
     lost: AtomicBool,
     active: AtomicBool,
-    /// The key is ours at least until then (last confirmed send + TTL).
-    valid_until: Mutex<Instant>,
+    /// The key is ours at least until then (last confirmed send + TTL), as
+    /// nanoseconds since [`epoch`]: an atomic, so that reading `lost` never
+    /// waits for the watchdog thread (nor hangs in a forked child).
+    valid_until: AtomicU64,
 }
 
 impl Lease {
@@ -60,14 +62,15 @@ impl Lease {
             ttl_ms: AtomicU64::new(crate::validate::millis(ttl)),
             lost: AtomicBool::new(false),
             active: AtomicBool::new(true),
-            valid_until: Mutex::new(Instant::now() + ttl),
+            valid_until: AtomicU64::new(since_epoch(Instant::now() + ttl)),
         })
     }
 
     /// True once a renewal found the lock gone, or its validity ran out
     /// without a successful renewal.
     pub(crate) fn is_lost(&self) -> bool {
-        self.lost.load(Ordering::Acquire) || Instant::now() >= *lock(&self.valid_until)
+        self.lost.load(Ordering::Acquire)
+            || since_epoch(Instant::now()) >= self.valid_until.load(Ordering::Acquire)
     }
 
     fn ttl(&self) -> Duration {
@@ -75,9 +78,20 @@ impl Lease {
     }
 
     fn confirmed(&self, sent: Instant) {
-        let mut until = lock(&self.valid_until);
-        *until = (*until).max(sent + self.ttl());
+        self.valid_until
+            .fetch_max(since_epoch(sent + self.ttl()), Ordering::AcqRel);
     }
+}
+
+/// A fixed instant of this process that lease deadlines count from.
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+/// `t` as nanoseconds since [`epoch`] (0 for instants before it).
+fn since_epoch(t: Instant) -> u64 {
+    u64::try_from(t.saturating_duration_since(epoch()).as_nanos()).unwrap_or(u64::MAX)
 }
 
 struct Entry {
@@ -100,7 +114,7 @@ fn watchdog() -> &'static Watchdog {
     static W: OnceLock<Watchdog> = OnceLock::new();
     W.get_or_init(|| Watchdog {
         state: Mutex::new(State {
-            pid: crate::client::current_pid(),
+            pid: crate::fork::current_pid(),
             entries: Vec::new(),
             running: false,
         }),
@@ -110,7 +124,7 @@ fn watchdog() -> &'static Watchdog {
 
 fn state() -> std::sync::MutexGuard<'static, State> {
     let mut st = lock(&watchdog().state);
-    let pid = crate::client::current_pid();
+    let pid = crate::fork::current_pid();
     if st.pid != pid {
         // Forked child: the parent's leases and thread are not ours.
         std::mem::forget(std::mem::take(&mut st.entries));
@@ -118,6 +132,24 @@ fn state() -> std::sync::MutexGuard<'static, State> {
         st.pid = pid;
     }
     st
+}
+
+thread_local! {
+    /// The watchdog state, held by `fork()`'s prepare handler (see `fork.rs`).
+    static FORK_HOLD: std::cell::RefCell<Option<MutexGuard<'static, State>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// `fork()` prepare handler: waits until the watchdog thread is not inside
+/// its bookkeeping (it never holds the state during a round trip).
+pub(crate) fn hold_for_fork() {
+    let guard = lock(&watchdog().state);
+    let _ = FORK_HOLD.try_with(|h| *h.borrow_mut() = Some(guard));
+}
+
+/// `fork()` parent and child handler: releases the state again.
+pub(crate) fn release_after_fork() {
+    let _ = FORK_HOLD.try_with(|h| h.borrow_mut().take());
 }
 
 /// Starts keeping `lease` alive (first renewal after ttl/3).
@@ -147,7 +179,9 @@ pub(crate) fn extended(lease: &Arc<Lease>, sent: Instant, ttl: Duration) {
     lease
         .ttl_ms
         .store(crate::validate::millis(ttl), Ordering::Release);
-    *lock(&lease.valid_until) = sent + ttl;
+    lease
+        .valid_until
+        .store(since_epoch(sent + ttl), Ordering::Release);
     let mut st = state();
     if let Some(entry) = st.entries.iter_mut().find(|e| Arc::ptr_eq(&e.lease, lease)) {
         entry.due = Instant::now() + ttl / 3;
@@ -165,7 +199,7 @@ pub(crate) fn unregister(lease: &Arc<Lease>) {
 
 fn run() {
     let w = watchdog();
-    let pid = crate::client::current_pid();
+    let pid = crate::fork::current_pid();
     let mut st = state();
     loop {
         if st.pid != pid {
