@@ -75,10 +75,9 @@ struct Inner {
 struct Idle {
     pid: u32,
     conns: Vec<Conn>,
-    /// Connections used for subscriptions, per cluster node (`None`: the
-    /// server or Sentinel master).
-    /// Idle subscriber connections per node, each with the channel of its
-    /// last finished wait if it still listens to it (see [`Subscriber::leftover`]).
+    /// Idle connections used for subscriptions, per cluster node (`None`:
+    /// the server or Sentinel master), each with the channel of its last
+    /// finished wait if it still listens to it (see [`Subscriber::leftover`]).
     subscribers: HashMap<Option<(String, u16)>, Vec<IdleSubscriber>>,
     slot_map: Option<(Instant, SlotMap)>,
     /// Sentinel: the master client currently believed to be right, and when
