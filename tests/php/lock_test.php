@@ -138,6 +138,44 @@ assert($a->lock($n) === false);
 assert($renewing->unlock($n) === true);
 ok('auto_renew and fair options');
 
+// pcntl_fork() with the watchdog running: a child reconnects, does not own its parent's
+// locks, cannot release them, and its exit leaves them alone. (Forks racing the watchdog's
+// bookkeeping are stressed by tests/python/test_processes.py: same core.)
+if (function_exists('pcntl_fork')) {
+    $parent = new RedisLock(['url' => redis_url(), 'auto_renew' => true]);
+    $names = [];
+    for ($i = 0; $i < 200; $i++) {
+        $names[] = $x = uniq('fork');
+        assert($parent->lock($x, 0, 5) === true);
+    }
+    for ($k = 0; $k < 20; $k++) {
+        $pid = pcntl_fork();
+        assert($pid !== -1, 'fork failed');
+        if ($pid === 0) {
+            $ok = $parent->unlock($names[$k]) === false
+                && $parent->lock($names[$k]) === false
+                && (new RedisLock())->lock($child = uniq('child'), 0, 5)
+                && RedisLock::instance()->lock($child) === false;
+            exit($ok ? 0 : 1);
+        }
+        $deadline = microtime(true) + 10;
+        while (($done = pcntl_waitpid($pid, $status, WNOHANG)) === 0 && microtime(true) < $deadline) {
+            usleep(1000);
+        }
+        if ($done === 0) {
+            posix_kill($pid, SIGKILL);
+            pcntl_waitpid($pid, $status);
+        }
+        assert($done === $pid, "child $k hung");
+        assert(pcntl_wexitstatus($status) === 0, "child $k failed");
+    }
+    foreach ($names as $x) {
+        assert($r->exists("Lock:$x") === 1, 'a child released a lock of its parent');
+        assert($parent->unlock($x) === true);
+    }
+    ok('pcntl_fork: children start afresh, the parent keeps its locks');
+}
+
 // The object keeps no locks at request end (legacy locks outlived the script).
 $n = uniq('outlive');
 (function () use ($n) { $x = new RedisLock(); assert($x->lock($n, 0, 30)); })();
