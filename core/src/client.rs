@@ -172,6 +172,7 @@ impl Client {
             Target::Sentinel { .. } => Backend::Sentinel,
             Target::Cluster { nodes, node, tls } => {
                 let mut b = redis::cluster::ClusterClientBuilder::new(nodes.clone())
+                    .tcp_settings(tcp_settings())
                     .connection_timeout(config.connect_timeout)
                     .response_timeout(config.command_timeout)
                     .retries(3);
@@ -399,7 +400,8 @@ impl Client {
         }
         if idle.sentinel.is_none() {
             let mut info = redis::sentinel::SentinelNodeConnectionInfo::default()
-                .set_redis_connection_info(node.clone());
+                .set_redis_connection_info(node.clone())
+                .set_tcp_settings(tcp_settings());
             if let Some(mode) = tls {
                 info = info.set_tls_mode(*mode);
             }
@@ -612,10 +614,20 @@ pub(crate) struct Subscriber {
 }
 
 fn single_client(info: &ConnectionInfo, config: &Config) -> RedisResult<redis::Client> {
+    let info = info.clone().set_tcp_settings(tcp_settings());
     match &config.tls_certs {
-        Some(certs) => redis::Client::build_with_tls(info.clone(), certs.clone()),
-        None => redis::Client::open(info.clone()),
+        Some(certs) => redis::Client::build_with_tls(info, certs.clone()),
+        None => redis::Client::open(info),
     }
+}
+
+/// Socket options of every connection to a data node: `TCP_NODELAY`, as in
+/// redis-py and hiredis. Our commands are one write each, but Nagle's
+/// algorithm would hold back a second small write (a pipelined command, an
+/// UNSUBSCRIBE followed by the next SUBSCRIBE) until the first is
+/// acknowledged.
+fn tcp_settings() -> redis::io::tcp::TcpSettings {
+    redis::io::tcp::TcpSettings::default().set_nodelay(true)
 }
 
 fn parse_cluster_slots(raw: &[redis::Value]) -> SlotMap {
