@@ -265,7 +265,10 @@ impl Lock {
     /// connection, and the WAIT covers everything up to it.
     fn confirm_replicas(&self, token: &str) -> Result<()> {
         let want = self.opts.min_replicas;
-        let timeout_ms = validate::millis(self.client.config().command_timeout());
+        // WAIT blocks on the server for up to its timeout, and the socket read
+        // gives up after the command timeout: WAIT gets four fifths of it, so
+        // its answer ("too few replicas") arrives before the read times out.
+        let timeout_ms = validate::millis(self.client.config().command_timeout() * 4 / 5).max(1);
         let extend = LOCK_EXTEND
             .call(&[&self.keys.lock, &self.keys.fence])
             .arg(token)

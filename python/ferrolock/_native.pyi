@@ -116,8 +116,8 @@ class Lock(_LockBase):
         the first acquire and the last release. fair: waiters are served in
         arrival order. url: Redis URL (default ``$REDIS_URL`` or
         ``redis://127.0.0.1:6379/0``). min_replicas: after each acquire, wait
-        (``WAIT``) until that many replicas have it, else release and raise
-        :class:`LockError`.
+        (``WAIT``, up to 4/5 of the URL's command timeout) until that many
+        replicas have it, else release and raise :class:`LockError`.
         """
 
 @final
