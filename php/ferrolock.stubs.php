@@ -12,8 +12,10 @@
  * legacy RedisFactory (`host`, `port`, `password`, `database`, plus `url`,
  * `username`, `timeout`, `tls`, `prefix`; RedisLock also `servers`, `fair`,
  * `auto_renew`; RedisQueue also `lock_prefix`), or null: ini `ferrolock.url`,
- * else `$REDIS_URL`, else `redis://127.0.0.1:6379/0`. Connections are opened
- * lazily and reused across the requests of one worker.
+ * else `$REDIS_URL`, else `redis://127.0.0.1:6379/0`. An array without `url`,
+ * `host`, `port`, `password` or `database` means that default server, with its
+ * `timeout`, `username` and `tls` applied. Connections are opened lazily and
+ * reused across the requests of one worker.
  *
  * Errors: invalid arguments the legacy classes answered with false/[] give
  * the same value plus an E_WARNING; wrong types throw TypeError; Redis

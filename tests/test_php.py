@@ -54,6 +54,26 @@ def test_ini_and_env_choose_the_server(redis_server: RedisServer) -> None:
         path.unlink()
 
 
+def test_array_with_only_a_timeout_applies_it_to_the_default_server(tmp_path: Path) -> None:
+    # ['timeout' => 0.3] names no server: the default one (here $REDIS_URL),
+    # with a 0.3 s timeout. A server that sleeps 2 s must make the call fail
+    # after about that long, not wait out the default timeout.
+    with RedisServer("--enable-debug-command", "local") as server:
+        script = tmp_path / "timeout.php"
+        script.write_text("<?php $l = new RedisLock(['timeout' => 0.3, 'fair' => true]);\n"
+                          "var_dump($l->lock('t-check')); $l->unlock('t-check');\n"
+                          "exec($argv[1]); usleep(200000);\n"  # the server sleeps from now on
+                          "$t = microtime(true);\n"
+                          "try { $l->lock('t-check'); echo \"no error\\n\"; }\n"
+                          "catch (RedisLockException $e) {\n"
+                          "    printf(\"error after %.1f s\\n\", microtime(true) - $t);\n"
+                          "}\n")
+        sleeper = f"redis-cli -p {server.port} DEBUG SLEEP 2 > /dev/null 2>&1 &"
+        out = run_php(script, sleeper, env={"REDIS_URL": server.url}).stdout
+        assert "bool(true)" in out, out
+        assert "error after 0." in out, out
+
+
 def increments(url: str, r, mode: str, name: str, procs: int, rounds: int) -> int:
     counter = f"{name}:value"
     r("SET", counter, 0)

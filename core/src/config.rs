@@ -1,6 +1,6 @@
 //! Connection settings parsed from a URL.
 //!
-//! Accepted forms (query parameters work with every form):
+//! Accepted forms (the query parameters below work with every form):
 //!
 //! | URL | deployment |
 //! |---|---|
@@ -14,9 +14,10 @@
 //! Query parameters understood by ferrolock (all optional):
 //! `connect_timeout` and `timeout` (seconds, float; defaults 3 and 3),
 //! `tls_ca` (path of a PEM CA certificate to trust), `tls_insecure=1` (skip
-//! certificate verification, tests only), `sentinel_username` and
-//! `sentinel_password` (credentials of the sentinels themselves). Other
-//! parameters are passed to the `redis` crate.
+//! certificate verification, tests only; TLS URLs only), `sentinel_username`
+//! and `sentinel_password` (credentials of the sentinels themselves). On
+//! single-server URLs other parameters are passed to the `redis` crate; on
+//! Sentinel and Cluster URLs they are an error.
 
 use std::time::Duration;
 
@@ -110,6 +111,59 @@ impl UrlParts {
             url.query_pairs_mut().extend_pairs(query);
         }
         Ok(url.into())
+    }
+
+    /// True when these parts say where the server is (host, port, password
+    /// or database); otherwise they only adjust another URL ([`Self::apply_to`]).
+    pub fn names_a_server(&self) -> bool {
+        self.host.is_some() || self.port.is_some() || self.password.is_some() || self.db.is_some()
+    }
+
+    /// `base` with the settings of these parts that fit without naming a
+    /// server: the timeout (connect and command; any URL form), the ACL user
+    /// name and TLS (`redis://` becomes `rediss://`; single-server URLs). For
+    /// arrays such as `['timeout' => 1]`: the default server, with these
+    /// settings.
+    pub fn apply_to(&self, base: &str) -> Result<String> {
+        let bad = |why: &str| {
+            Error::new(
+                ErrorKind::Config,
+                format!("cannot apply connection settings to the default URL: {why}"),
+            )
+        };
+        let mut out = base.trim().to_owned();
+        if self.tls || self.username.is_some() {
+            let mut url = url::Url::parse(&out).map_err(|e| bad(&e.to_string()))?;
+            if !matches!(url.scheme(), "redis" | "rediss") {
+                return Err(bad(&format!(
+                    "a user name or TLS can only be added to redis:// URLs, not {}://; put it in the URL",
+                    url.scheme()
+                )));
+            }
+            if self.tls && url.scheme() == "redis" {
+                url.set_scheme("rediss").map_err(|()| bad("TLS"))?;
+            }
+            if let Some(u) = &self.username {
+                url.set_username(u)
+                    .map_err(|()| bad("this URL has no user name"))?;
+            }
+            out = url.into();
+        }
+        if let Some(t) = self.timeout {
+            // Textually: Sentinel and Cluster URLs list several hosts, which
+            // a URL parser rejects.
+            let (head, query) = out.split_once('?').unwrap_or((&out, ""));
+            let mut q = url::form_urlencoded::Serializer::new(String::new());
+            for (k, v) in url::form_urlencoded::parse(query.as_bytes()) {
+                if k != "timeout" && k != "connect_timeout" {
+                    q.append_pair(&k, &v);
+                }
+            }
+            q.append_pair("connect_timeout", &t.to_string());
+            q.append_pair("timeout", &t.to_string());
+            out = format!("{head}?{}", q.finish());
+        }
+        Ok(out)
     }
 }
 
@@ -251,6 +305,19 @@ impl Config {
         };
         let parsed = url::Url::parse(&placeholder).map_err(|e| bad(&e.to_string()))?;
         let params = Params::parse(&parsed, bad)?;
+        // No redis crate URL parser sees these URLs: a parameter we do not
+        // know would be silently ignored, so it is an error.
+        if let Some((k, _)) = params.passthrough.first() {
+            return Err(bad(&format!(
+                "unknown parameter {k:?} (Sentinel and Cluster URLs take connect_timeout, timeout, \
+                 tls_ca, tls_insecure, sentinel_username, sentinel_password)"
+            )));
+        }
+        if params.tls_insecure && !tls {
+            return Err(bad(
+                "tls_insecure needs a rediss+sentinel:// or rediss+cluster:// URL",
+            ));
+        }
         let default_port = if sentinel { 26379 } else { 6379 };
         let mut addrs = Vec::new();
         for host in hosts.split(',').map(str::trim).filter(|h| !h.is_empty()) {
@@ -484,6 +551,64 @@ fn redact_query(tail: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sentinel_and_cluster_urls_reject_what_they_would_ignore() {
+        for url in [
+            "redis+sentinel://s1:26379/mymaster?protocol=resp3",
+            "redis+cluster://n1:7000,n2:7001?tls_insecure=1",
+        ] {
+            let e = Config::from_url(url).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Config, "{url}: {e}");
+        }
+        assert!(Config::from_url("rediss+cluster://n1:7000?tls_insecure=1&timeout=2").is_ok());
+    }
+
+    #[test]
+    fn parts_without_a_server_adjust_the_default_url() {
+        let none = UrlParts::default();
+        assert!(!none.names_a_server());
+        assert_eq!(none.apply_to("redis://h:1/2").unwrap(), "redis://h:1/2");
+        let p = UrlParts {
+            timeout: Some(1.5),
+            username: Some("app".into()),
+            tls: true,
+            ..UrlParts::default()
+        };
+        assert!(!p.names_a_server());
+        let url = p
+            .apply_to("redis://:pw@h:1/2?timeout=9&tls_insecure=1")
+            .unwrap();
+        assert_eq!(
+            url,
+            "rediss://app:pw@h:1/2?tls_insecure=1&connect_timeout=1.5&timeout=1.5"
+        );
+        let c = Config::from_url(&url).unwrap();
+        assert_eq!(c.command_timeout(), Duration::from_millis(1500));
+        let only_timeout = UrlParts {
+            timeout: Some(0.25),
+            ..UrlParts::default()
+        };
+        let sentinel = only_timeout
+            .apply_to("redis+sentinel://s1:26379,s2:26379/mymaster/0")
+            .unwrap();
+        assert_eq!(
+            Config::from_url(&sentinel).unwrap().command_timeout(),
+            Duration::from_millis(250)
+        );
+        let tls_on_unix = UrlParts {
+            tls: true,
+            ..UrlParts::default()
+        };
+        assert!(tls_on_unix.apply_to("unix:///tmp/r.sock").is_err());
+        assert!(
+            UrlParts {
+                host: Some("h".into()),
+                ..UrlParts::default()
+            }
+            .names_a_server()
+        );
+    }
 
     #[test]
     fn single_url_with_timeouts() {

@@ -140,13 +140,8 @@ pub fn settings(param: Option<&Zval>, function: &'static str) -> PhpResult<Setti
     }
     let url = match url {
         Some(u) => u,
-        None if parts.host.is_none()
-            && parts.port.is_none()
-            && parts.password.is_none()
-            && parts.db.is_none() =>
-        {
-            default_url()
-        }
+        // Only options, or settings such as a timeout: the default server.
+        None if !parts.names_a_server() => parts.apply_to(&default_url()).map_err(exception)?,
         None => parts.to_url().map_err(exception)?,
     };
     if out.servers.is_empty() {
