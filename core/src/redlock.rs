@@ -4,8 +4,11 @@
 //! parallel. It succeeds when at least N/2+1 masters said yes *and* the
 //! validity left — `ttl − elapsed (monotonic) − drift`, where drift is 1 % of
 //! the ttl plus 2 ms — is positive. Otherwise every master is released. A
-//! master that errors or does not answer counts as a no. Extend re-checks the
-//! quorum and the validity the same way.
+//! master that errors or does not answer counts as a no; but when fewer than a
+//! quorum of masters answered at all, nothing could be decided and the call
+//! fails with the first error (a `Connection` error, as a single server that
+//! is down would): waiting would only retry against servers that are down.
+//! Extend re-checks the quorum and the validity the same way.
 //!
 //! Waiting between attempts is a randomised pause (at most 50 ms, less when a
 //! holder's TTL ends sooner): the masters are independent, so there is no
@@ -125,6 +128,11 @@ impl Redlock {
                 c.run(&self.label, |conn| call.query::<(i64, i64)>(conn.like()))
             });
             let elapsed = start.elapsed();
+            if let Some(e) = self.unreachable(&replies) {
+                // Undo wherever it was taken (best effort: the rest expires).
+                self.release_everywhere(&token);
+                return Err(e);
+            }
             let granted: Vec<i64> = replies
                 .iter()
                 .filter_map(|r| r.as_ref().ok())
@@ -195,7 +203,8 @@ impl Redlock {
         });
     }
 
-    fn release_everywhere(&self, token: &str) -> usize {
+    /// Releases `token` on every master; one reply per master (1: released).
+    fn release_everywhere(&self, token: &str) -> Vec<Result<i64>> {
         let k = &self.keys;
         self.on_all(|c| {
             let call = LOCK_RELEASE
@@ -204,9 +213,26 @@ impl Redlock {
                 .arg(&k.channel);
             c.run(&self.label, |conn| call.query::<i64>(conn.like()))
         })
-        .into_iter()
-        .filter(|r| matches!(r, Ok(1)))
-        .count()
+    }
+
+    /// The error to report when fewer than a quorum of masters answered
+    /// `replies` at all (errors and timeouts are not answers): the first
+    /// error, with how many answered.
+    fn unreachable<T>(&self, replies: &[Result<T>]) -> Option<Error> {
+        let answered = replies.iter().filter(|r| r.is_ok()).count();
+        if answered >= self.quorum() {
+            return None;
+        }
+        let first = replies.iter().find_map(|r| r.as_ref().err())?;
+        Some(Error::new(
+            first.kind(),
+            format!(
+                "{}: only {answered} of {} Redis masters answered (quorum {}); first error: {first}",
+                self.label,
+                self.clients.len(),
+                self.quorum()
+            ),
+        ))
     }
 
     fn held_token(&self) -> Option<String> {
@@ -217,13 +243,20 @@ impl Redlock {
     }
 
     /// Releases the lock on every master. Fails with NotOwned when this object
-    /// does not hold it or fewer than a quorum of masters still had it.
+    /// does not hold it or fewer than a quorum of masters still had it, and
+    /// with the connection error when fewer than a quorum answered (the hold
+    /// is given up either way; what could not be released expires).
     pub fn release(&self) -> Result<()> {
         let Some(token) = self.held_token() else {
             return Err(self.not_owned("this object does not hold it"));
         };
-        let released = self.release_everywhere(&token);
+        let replies = self.release_everywhere(&token);
         *lock(&self.state) = None;
+        if let Some(e) = self.unreachable(&replies) {
+            self.lost.store(true, Ordering::Release);
+            return Err(e);
+        }
+        let released = replies.iter().filter(|r| matches!(r, Ok(1))).count();
         if released >= self.quorum() {
             Ok(())
         } else {
@@ -250,17 +283,20 @@ impl Redlock {
         };
         let start = Instant::now();
         let k = &self.keys;
-        let ok = self
-            .on_all(|c| {
-                let call = LOCK_EXTEND
-                    .call(&[&k.lock, &k.fence])
-                    .arg(&token)
-                    .arg(validate::millis(ttl));
-                c.run(&self.label, |conn| call.query::<i64>(conn.like()))
-            })
-            .into_iter()
-            .filter(|r| matches!(r, Ok(1)))
-            .count();
+        let replies = self.on_all(|c| {
+            let call = LOCK_EXTEND
+                .call(&[&k.lock, &k.fence])
+                .arg(&token)
+                .arg(validate::millis(ttl));
+            c.run(&self.label, |conn| call.query::<i64>(conn.like()))
+        });
+        if let Some(e) = self.unreachable(&replies) {
+            self.release_everywhere(&token);
+            *lock(&self.state) = None;
+            self.lost.store(true, Ordering::Release);
+            return Err(e);
+        }
+        let ok = replies.iter().filter(|r| matches!(r, Ok(1))).count();
         let validity = ttl.checked_sub(start.elapsed() + ttl / 100 + Duration::from_millis(2));
         match validity.filter(|v| !v.is_zero() && ok >= self.quorum()) {
             Some(v) => {
@@ -285,15 +321,15 @@ impl Redlock {
     /// True when a quorum of masters has the key (anyone holds it).
     pub fn locked(&self) -> Result<bool> {
         let k = &self.keys;
-        let yes = self
-            .on_all(|c| {
-                c.run(&self.label, |conn| {
-                    redis::cmd("EXISTS").arg(&k.lock).query::<bool>(conn.like())
-                })
+        let replies = self.on_all(|c| {
+            c.run(&self.label, |conn| {
+                redis::cmd("EXISTS").arg(&k.lock).query::<bool>(conn.like())
             })
-            .into_iter()
-            .filter(|r| matches!(r, Ok(true)))
-            .count();
+        });
+        if let Some(e) = self.unreachable(&replies) {
+            return Err(e);
+        }
+        let yes = replies.iter().filter(|r| matches!(r, Ok(true))).count();
         Ok(yes >= self.quorum())
     }
 
@@ -306,15 +342,18 @@ impl Redlock {
             return Ok(false);
         }
         let k = &self.keys;
-        let yes = self
-            .on_all(|c| {
-                c.run(&self.label, |conn| {
-                    redis::cmd("GET")
-                        .arg(&k.lock)
-                        .query::<Option<Vec<u8>>>(conn.like())
-                })
+        let replies = self.on_all(|c| {
+            c.run(&self.label, |conn| {
+                redis::cmd("GET")
+                    .arg(&k.lock)
+                    .query::<Option<Vec<u8>>>(conn.like())
             })
-            .into_iter()
+        });
+        if let Some(e) = self.unreachable(&replies) {
+            return Err(e);
+        }
+        let yes = replies
+            .iter()
             .filter(|r| matches!(r, Ok(Some(v)) if v == token.as_bytes()))
             .count();
         Ok(yes >= self.quorum())
