@@ -5,7 +5,10 @@
  *
  * Kept in step with php/src/*.rs: the tests compare this file with the
  * reflection of the built extension (class, method and parameter names,
- * optionality and default values).
+ * optionality and default values). The types here say what a method accepts
+ * and returns; where reflection shows a wider one (`float` for an `int|float`
+ * timeout, `mixed` for an id or a result), the extension converts by PHP's own
+ * rules and returns exactly what is documented here.
  *
  * Connection, for both classes: `$param` is a URL (`redis://`, `rediss://`,
  * `unix://`, `redis+sentinel://`, `redis+cluster://`), or an array like the
@@ -36,9 +39,11 @@ class RedisLock
     /**
      * @param string|array|null $param Redis URL, connection array, or null.
      *        Array extras: 'servers' => [url, ...] switches to Redlock over
-     *        those masters; 'fair' => true serves waiters in arrival order;
-     *        'auto_renew' => true renews held locks every expire/3 in the
-     *        background; 'prefix' => key prefix (default 'Lock:').
+     *        those masters (waits poll, locks are not auto-renewed, and
+     *        fewer than a majority answering throws RedisLockException);
+     *        'fair' => true serves waiters in arrival order; 'auto_renew' =>
+     *        true renews held locks every expire/3 in the background (both
+     *        for a single server only); 'prefix' => key prefix (default 'Lock:').
      */
     public function __construct(string|array|null $param = null) {}
 

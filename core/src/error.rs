@@ -27,7 +27,7 @@ pub enum ErrorKind {
     /// A queue operation could not run because a legacy client held the queue's
     /// lock (`Lock:Queue:<name>`) for longer than the operation's timeout.
     QueueLocked,
-    /// Too few Redlock masters answered yes (quorum not reached).
+    /// Too few replicas confirmed an acquire (`min_replicas`, `WAIT`).
     Quorum,
     /// The wait was interrupted by the caller (a signal, a cancelled task).
     Interrupted,

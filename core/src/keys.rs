@@ -13,7 +13,7 @@
 //! {t}Lock:<name>:leases         zset    waiter id -> lease deadline    dead-waiter pruning
 //! {t}Lock:<name>:wake:<waiter>  channel pub/sub wake-up of one waiter
 //! Queue:<name>                  zset    task id -> due time (unix s)   (legacy layout)
-//! Lock:Queue:<name>             string  legacy queue lock, only read   (legacy layout)
+//! Lock:Queue:<name>             string  legacy queue lock, never taken (legacy layout)
 //! {t}Queue:<name>:inflight      zset    task id -> visibility deadline
 //! {t}Queue:<name>:receipts      hash    task id -> "<receipt>|<score>"
 //! {t}Queue:<name>:waiters       zset    consumers waiting for work

@@ -29,8 +29,9 @@ class _LockBase:
 
         ``blocking=False`` tries once. ``timeout`` (seconds): ``None`` uses the
         lock's own ``timeout``; ``None`` there too waits forever; ``0`` tries once.
-        The wait releases the GIL, is woken by the holder's release within about a
-        millisecond (no polling), and raises ``KeyboardInterrupt`` on Ctrl-C.
+        The wait releases the GIL and raises ``KeyboardInterrupt`` on Ctrl-C. A
+        :class:`Lock` is woken by the holder's release within about a millisecond
+        (no polling); a :class:`Redlock` retries after random pauses (≤ 50 ms).
         """
     def release(self) -> None:
         """Release the lock. Raises :class:`LockNotOwnedError` when this object
@@ -51,8 +52,9 @@ class _LockBase:
         storage you protect so it can reject writes of a stale holder."""
     @property
     def lost(self) -> bool:
-        """``True`` once the lock was lost while held (the watchdog found it gone
-        or could not renew it, or a release found it taken)."""
+        """``True`` once the lock was lost while held: the watchdog found it gone
+        or could not renew it in time, an ``extend`` or a release found it taken,
+        or (Redlock) its validity ran out."""
     @property
     def name(self) -> str:
         """The lock name."""
@@ -124,7 +126,9 @@ class Lock(_LockBase):
 class Redlock(_LockBase):
     """A lock over several independent Redis masters (the Redlock algorithm):
     acquired when a majority (N//2+1) granted it and the validity left,
-    ``ttl - elapsed - drift``, is positive. Waits retry with a random pause."""
+    ``ttl - elapsed - drift``, is positive. Waits retry with a random pause.
+    Never auto-renewed: ``extend()`` before the ttl runs out. Raises
+    :class:`ConnectionError` when fewer than a majority of masters answer."""
 
     def __new__(
         cls,
@@ -196,8 +200,13 @@ class Queue:
     def reserve(self, *, wait: float = 0.0, visibility: float | None = None) -> Task | None:
         """Take one due task for ``visibility`` seconds (default: the queue's):
         ``ack()`` it when done; if not acked in time it returns to the queue.
-        ``with queue.reserve(wait=5) as task:`` acks on success, nacks on error.
-        ``None`` when no task came within ``wait``."""
+        ``None`` when no task came within ``wait``; a task is a context manager
+        that acks on success and nacks on error::
+
+            if (task := queue.reserve(wait=5)) is not None:
+                with task:
+                    ...
+        """
     def __len__(self) -> int:
         """Queued tasks, due or delayed (reserved ones excluded)."""
     @property
