@@ -2,8 +2,9 @@
 //! name) and how they are invoked: EVALSHA, with a SCRIPT LOAD and one retry
 //! when the server answers NOSCRIPT (after a restart, a failover, a flush).
 //!
-//! Every script is `prelude.lua` + its own body, so shared helpers (waiter
-//! bookkeeping, server time, reclaiming expired reservations) exist once.
+//! Shared helpers (waiter bookkeeping, server time, reclaiming expired
+//! reservations) exist once, in `prelude.lua`; `build.rs` prepends to each
+//! script the helpers it uses.
 
 use std::sync::LazyLock;
 
@@ -19,11 +20,7 @@ pub(crate) struct LuaScript {
 macro_rules! lua {
     ($file:literal) => {
         LazyLock::new(|| LuaScript {
-            script: redis::Script::new(concat!(
-                include_str!("scripts/prelude.lua"),
-                "\n",
-                include_str!(concat!("scripts/", $file))
-            )),
+            script: redis::Script::new(include_str!(concat!(env!("OUT_DIR"), "/scripts/", $file))),
         })
     };
 }
@@ -113,5 +110,47 @@ pub(crate) fn query_batch(conn: &mut Conn, calls: &[Call]) -> RedisResult<Vec<re
             run(conn)
         }
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    /// Names of the `local function`s defined in `code`.
+    fn defined(code: &str) -> BTreeSet<String> {
+        code.lines()
+            .filter_map(|l| l.strip_prefix("local function "))
+            .filter_map(|rest| rest.split('(').next())
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// `build.rs` prepends to each script exactly the prelude helpers it calls.
+    #[test]
+    fn scripts_carry_the_helpers_they_call_and_no_others() {
+        let prelude = include_str!("scripts/prelude.lua");
+        let helpers = defined(prelude);
+        assert!(helpers.contains("grant_next") && helpers.contains("digits"));
+        let dir = std::path::Path::new(env!("OUT_DIR")).join("scripts");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let code = std::fs::read_to_string(&path).unwrap();
+            let here = defined(&code);
+            for name in &helpers {
+                let called =
+                    code.matches(&format!("{name}(")).count() > usize::from(here.contains(name));
+                assert_eq!(
+                    called,
+                    here.contains(name),
+                    "{}: helper {name} called {called}, defined {}",
+                    path.display(),
+                    here.contains(name)
+                );
+            }
+            seen += 1;
+        }
+        assert_eq!(seen, 12, "one assembled file per script");
     }
 }

@@ -8,7 +8,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{client, lock_opts, raw};
-use ferrolock::{ErrorKind, Lock, Wait};
+use ferrolock::{Client, Config, ErrorKind, Lock, Wait};
 use redis::Commands;
 
 #[test]
@@ -387,4 +387,40 @@ fn extend_to_a_shorter_ttl_reschedules_the_watchdog() {
     let pttl: i64 = redis::cmd("PTTL").arg(l.key()).query(&mut raw()).unwrap();
     assert!(pttl <= 300, "renewals use the extended ttl: {pttl}");
     l.release().unwrap();
+}
+
+/// A restart, a failover or SCRIPT FLUSH empties the server's script cache:
+/// every call loads its script again and goes on.
+#[test]
+fn scripts_are_loaded_again_after_the_script_cache_is_flushed() {
+    let server = ferrolock::testing::RedisServer::start();
+    let c = Client::new(Config::from_url(&server.url()).unwrap()).unwrap();
+    let mut r = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let mut flush = || {
+        let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut r).unwrap();
+    };
+    let opts = lock_opts("flush");
+    let holder = Lock::new(&c, b"x", opts.clone()).unwrap();
+    assert!(holder.try_acquire().unwrap());
+    let waiter = thread::spawn({
+        let c = c.clone();
+        move || {
+            let l = Lock::new(&c, b"x", opts).unwrap();
+            assert!(l.acquire(Wait::For(Duration::from_secs(20)), None).unwrap());
+            l
+        }
+    });
+    thread::sleep(Duration::from_millis(300));
+    flush();
+    holder.release().unwrap();
+    let waiter = waiter.join().unwrap();
+    flush();
+    waiter.release().unwrap();
+    assert!(!waiter.locked().unwrap());
+    flush();
+    assert!(holder.try_acquire().unwrap());
+    holder.release().unwrap();
 }

@@ -11,6 +11,12 @@ local fair, lease, channel = ARGV[4] == '1', tonumber(ARGV[5]), ARGV[6]
 local me = ''
 if id ~= '' then me = id .. '|' .. ARGV[2] .. '|' .. token end
 
+if not fair and redis.call('SET', lock, token, 'NX', 'PX', ARGV[2]) then
+  -- The common case, kept short: free, and newcomers may take it.
+  if me ~= '' then remove_waiter(waiters, leases, me) end
+  return {1, next_fence(fence, ttl, now_us())}
+end
+
 local holder = redis.call('GET', lock)
 if holder == token then
   -- Handed over to us, or a retried acquire whose first reply was lost.
@@ -19,12 +25,6 @@ if holder == token then
 end
 
 local now = now_us()
-if not holder and not fair then
-  -- The common case, kept short: free, and newcomers may take it.
-  redis.call('SET', lock, token, 'PX', ttl)
-  if me ~= '' then remove_waiter(waiters, leases, me) end
-  return {1, next_fence(fence, ttl, now)}
-end
 
 local queued = redis.call('EXISTS', waiters) == 1
 if queued then prune_waiters(waiters, leases, math.floor(now / 1000)) end
@@ -32,7 +32,7 @@ if queued then prune_waiters(waiters, leases, math.floor(now / 1000)) end
 if not holder then
   if fair and queued then
     -- Free while others wait (the holder's TTL ran out): the oldest goes first.
-    local head = redis.call('ZRANGE', waiters, 0, 0)[1]
+    local head = redis.call('ZRANGE', waiters, '0', '0')[1]
     if head and head ~= me then
       if me ~= '' then register_waiter(waiters, leases, me, now, lease) end
       local granted = grant_next(lock, fence, waiters, leases, channel, now)
@@ -43,7 +43,7 @@ if not holder then
       end
     end
   end
-  redis.call('SET', lock, token, 'PX', ttl)
+  redis.call('SET', lock, token, 'PX', ARGV[2])
   local f = next_fence(fence, ttl, now)
   if queued and me ~= '' then remove_waiter(waiters, leases, me) end
   return {1, f}

@@ -16,7 +16,7 @@ local reclaimed = reclaim_expired(queue, inflight, receipts, now)
 local has_waiters = redis.call('EXISTS', waiters) == 1
 if has_waiters then prune_waiters(waiters, leases, math.floor(now * 1000)) end
 if mode == 'reserve' then count = 1 end
-local items = redis.call('ZRANGEBYSCORE', queue, '-inf', now, 'WITHSCORES', 'LIMIT', 0, count)
+local items = redis.call('ZRANGEBYSCORE', queue, '-inf', now, 'WITHSCORES', 'LIMIT', '0', count)
 if #items == 0 then
   if me ~= '' then register_waiter(waiters, leases, me, math.floor(now * 1000000), lease) end
   return {0, next_work_at(queue, inflight), tostring(now)}

@@ -2,4 +2,4 @@
 -- KEYS: queue
 -- ARGV: count
 -- Returns {id, score, ...}
-return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_s(), 'WITHSCORES', 'LIMIT', 0, ARGV[1])
+return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_s(), 'WITHSCORES', 'LIMIT', '0', ARGV[1])
