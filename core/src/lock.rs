@@ -8,7 +8,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::client::{Client, lock};
+use crate::client::{Client, Conn, lock};
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::LockKeys;
 use crate::scripts::{LOCK_ACQUIRE, LOCK_EXTEND, LOCK_LEAVE, LOCK_RELEASE};
@@ -89,6 +89,9 @@ struct Held {
     pid: u32,
     depth: u32,
     lease: Option<Arc<Lease>>,
+    /// Taken after waiting: others probably wait too, and the release will
+    /// likely hand the lock over (see [`Lock::release_token`]).
+    waited: bool,
 }
 
 impl State {
@@ -165,10 +168,12 @@ impl Lock {
             return Ok(true);
         }
         let token = crate::new_token();
+        let mut waited = false;
         let fence = match self.attempt(&token, "")? {
             Tried::Acquired(f) => Some(f),
             Tried::Busy(_) if wait == Wait::Try => None,
             Tried::Busy(_) => {
+                waited = true;
                 let recheck = self.opts.recheck;
                 let spec = WaitSpec {
                     deadline: wait.deadline(),
@@ -223,6 +228,7 @@ impl Lock {
             pid: crate::fork::current_pid(),
             depth: 1,
             lease,
+            waited,
         });
         st.lost = false;
         Ok(true)
@@ -284,7 +290,7 @@ impl Lock {
         if still_ours == 1 && got >= i64::from(want) {
             return Ok(());
         }
-        let _ = self.release_token(token);
+        let _ = self.release_token(token, false);
         Err(Error::new(
             ErrorKind::Quorum,
             format!(
@@ -294,13 +300,23 @@ impl Lock {
         ))
     }
 
-    fn release_token(&self, token: &str) -> Result<bool> {
+    /// Runs the release script; `Ok(false)` when the lock was not ours.
+    /// `hand_over`: waiters are likely, so the script probably wakes one:
+    /// send it behind a PING, which makes Redis write the waiter's grant
+    /// before our reply ([`Call::query_behind_ping`]; a free lock's release
+    /// skips the extra command).
+    ///
+    /// [`Call::query_behind_ping`]: crate::scripts::Call::query_behind_ping
+    fn release_token(&self, token: &str, hand_over: bool) -> Result<bool> {
         let k = &self.keys;
         let call = LOCK_RELEASE
             .call(&[&k.lock, &k.fence, &k.waiters, &k.leases])
             .arg(token)
             .arg(&k.channel);
-        let released: i64 = self.client.run(&self.label, |c| call.query(c.like()))?;
+        let released: i64 = self.client.run(&self.label, |c| match c {
+            Conn::Single(con) if hand_over => call.query_behind_ping(con),
+            c => call.query(c.like()),
+        })?;
         Ok(released == 1)
     }
 
@@ -323,7 +339,7 @@ impl Lock {
         let Some(held) = held else {
             return Err(self.not_owned("it is not held"));
         };
-        match self.release_token(&held.token) {
+        match self.release_token(&held.token, held.waited) {
             Ok(released) => {
                 if let Some(lease) = &held.lease {
                     watchdog::unregister(lease);

@@ -390,7 +390,8 @@ fn extend_to_a_shorter_ttl_reschedules_the_watchdog() {
 }
 
 /// A restart, a failover or SCRIPT FLUSH empties the server's script cache:
-/// every call loads its script again and goes on.
+/// every call loads its script again and goes on, including a release sent
+/// behind a PING (the one after a wait).
 #[test]
 fn scripts_are_loaded_again_after_the_script_cache_is_flushed() {
     let server = ferrolock::testing::RedisServer::start();
