@@ -94,25 +94,37 @@ fn helpers(prelude: &str) -> Vec<Helper> {
         .collect()
 }
 
-/// Whether `code` calls `name` (as `name(`, not as part of a longer name).
-fn calls(code: &str, name: &str) -> bool {
+/// `code` without its comments (`--` to the end of the line; our scripts
+/// have no `--` inside strings).
+fn strip_comments(code: &str) -> String {
+    code.lines()
+        .map(|l| l.split("--").next().unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Whether `code` (comments stripped) mentions `name` as a whole word: a
+/// call, or the function passed as a value.
+fn uses(code: &str, name: &str) -> bool {
+    let word = |c: char| c.is_alphanumeric() || c == '_';
     code.match_indices(name).any(|(i, _)| {
-        let before = code[..i].chars().next_back();
-        let after = &code[i + name.len()..];
-        !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.' || c == ':')
-            && after.starts_with('(')
+        !code[..i]
+            .chars()
+            .next_back()
+            .is_some_and(|c| word(c) || c == '.' || c == ':')
+            && !code[i + name.len()..].chars().next().is_some_and(word)
     })
 }
 
 /// The prelude's helpers that `body` needs, in prelude order, then `body`.
 fn assemble(helpers: &[Helper], body: &str) -> String {
     let mut needed = BTreeSet::new();
-    let mut todo = vec![body.to_string()];
+    let mut todo = vec![strip_comments(body)];
     while let Some(code) = todo.pop() {
         for (i, h) in helpers.iter().enumerate() {
-            if !needed.contains(&i) && calls(&code, &h.name) {
+            if !needed.contains(&i) && uses(&code, &h.name) {
                 needed.insert(i);
-                todo.push(h.text.clone());
+                todo.push(strip_comments(&h.text));
             }
         }
     }
@@ -132,6 +144,8 @@ fn write_scripts(out_dir: &Path) {
     let helpers = helpers(&prelude);
     assert!(!helpers.is_empty(), "prelude.lua defines no helpers");
     let target = out_dir.join("scripts");
+    // Start empty: a script renamed or removed must not linger here.
+    let _ = std::fs::remove_dir_all(&target);
     std::fs::create_dir_all(&target).expect("creating the scripts directory");
     for entry in std::fs::read_dir(dir).expect("listing src/scripts") {
         let path = entry.expect("listing src/scripts").path();
