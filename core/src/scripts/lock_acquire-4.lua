@@ -11,8 +11,10 @@ local fair, lease, channel = ARGV[4] == '1', tonumber(ARGV[5]), ARGV[6]
 local me = ''
 if id ~= '' then me = id .. '|' .. ARGV[2] .. '|' .. token end
 
+-- The common case, kept short: free, and newcomers may take it. This writes
+-- first, so a server refusing writes (OOM, NOREPLICAS, a replica after a
+-- failover) answers with that error even when the lock is busy.
 if not fair and redis.call('SET', lock, token, 'NX', 'PX', ARGV[2]) then
-  -- The common case, kept short: free, and newcomers may take it.
   if me ~= '' then remove_waiter(waiters, leases, me) end
   return {1, next_fence(fence, ttl, now_us())}
 end
