@@ -425,3 +425,34 @@ fn scripts_are_loaded_again_after_the_script_cache_is_flushed() {
     assert!(holder.try_acquire().unwrap());
     holder.release().unwrap();
 }
+
+/// A server that refuses writes (here: too few replicas for
+/// `min-replicas-to-write`; OOM under `noeviction` is the same) answers an
+/// acquire with that error, busy lock or not, instead of a plain "no".
+#[test]
+fn a_server_refusing_writes_fails_the_acquire_with_its_error() {
+    let server = ferrolock::testing::RedisServer::start();
+    let c = Client::new(Config::from_url(&server.url()).unwrap()).unwrap();
+    let mut r = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let opts = lock_opts("refused");
+    let holder = Lock::new(&c, b"x", opts.clone()).unwrap();
+    assert!(holder.try_acquire().unwrap());
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("min-replicas-to-write")
+        .arg(1)
+        .query(&mut r)
+        .unwrap();
+    let other = Lock::new(&c, b"x", opts.clone()).unwrap();
+    let busy = other.try_acquire().unwrap_err();
+    assert_eq!(busy.kind(), ErrorKind::Redis, "{busy}");
+    assert!(busy.to_string().contains("NOREPLICAS"), "{busy}");
+    let fresh = Lock::new(&c, b"y", opts).unwrap();
+    let free = fresh.try_acquire().unwrap_err();
+    assert!(free.to_string().contains("NOREPLICAS"), "{free}");
+    // Reads still work, and the holder keeps its lock.
+    assert!(holder.locked().unwrap());
+}
