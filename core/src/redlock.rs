@@ -10,24 +10,39 @@
 //! is down would): waiting would only retry against servers that are down.
 //! Extend re-checks the quorum and the validity the same way.
 //!
-//! Waiting between attempts is a randomised pause (at most 50 ms, less when a
-//! holder's TTL ends sooner): the masters are independent, so there is no
-//! single place a release could notify from.
+//! # Waiting
+//!
+//! A waiter subscribes on every master that answers and registers there as a
+//! waiter of that master's key, exactly as a [`Lock`](crate::Lock) waiter
+//! does, with one token for the whole call. A release, which reaches every
+//! master, hands each master's key to its oldest waiter: usually the same
+//! one everywhere, which then holds a quorum before the releaser (or anyone
+//! else) can take it back. The waiter listens on one of its masters; the
+//! message wakes it and its next attempt counts the keys set to its token.
+//! Keys handed over are given a fresh TTL by that attempt, so the validity it
+//! computes holds. A waiter re-checks every [`NOTIFIED_RECHECK`] as well (a
+//! hold can end without a release reaching that master: it was unreachable,
+//! or held a stale key) and when a holder's TTL ends. Where it cannot
+//! subscribe at all, it pauses a random time of at most [`RETRY_MAX`].
 
+use std::cell::Cell;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::client::{Client, lock};
+use crate::client::{Client, Subscriber, lock};
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::LockKeys;
 use crate::lock::{DistributedLock, label};
-use crate::scripts::{LOCK_ACQUIRE, LOCK_EXTEND, LOCK_FENCE, LOCK_RELEASE};
+use crate::scripts::{LOCK_ACQUIRE, LOCK_EXTEND, LOCK_FENCE, LOCK_LEAVE, LOCK_RELEASE};
 use crate::validate;
 use crate::wait::{self, Interrupt, Wait};
 
-/// Longest pause between two Redlock attempts.
+/// Longest pause between two attempts of a waiter that could not subscribe.
 const RETRY_MAX: Duration = Duration::from_millis(50);
+
+/// Longest pause between two attempts of a waiter listening on a master.
+const NOTIFIED_RECHECK: Duration = Duration::from_millis(250);
 
 /// A lock held on a majority of independent Redis masters.
 pub struct Redlock {
@@ -86,11 +101,22 @@ impl Redlock {
 
     /// Runs `op` on every master in parallel; one result per master, in order.
     fn on_all<T: Send>(&self, op: impl Fn(&Client) -> Result<T> + Sync) -> Vec<Result<T>> {
+        self.on_each(|_, c| op(c))
+    }
+
+    /// [`Self::on_all`], telling `op` the index of the master.
+    fn on_each<T: Send>(&self, op: impl Fn(usize, &Client) -> Result<T> + Sync) -> Vec<Result<T>> {
         if self.clients.len() == 1 {
-            return vec![op(&self.clients[0])];
+            return vec![op(0, &self.clients[0])];
         }
         std::thread::scope(|s| {
-            let handles: Vec<_> = self.clients.iter().map(|c| s.spawn(|| op(c))).collect();
+            let op = &op;
+            let handles: Vec<_> = self
+                .clients
+                .iter()
+                .enumerate()
+                .map(|(i, c)| s.spawn(move || op(i, c)))
+                .collect();
             handles
                 .into_iter()
                 .map(|h| {
@@ -109,28 +135,56 @@ impl Redlock {
         self.ttl / 100 + Duration::from_millis(2)
     }
 
-    /// Takes the lock on a quorum of masters, waiting as `wait` allows.
+    /// Takes the lock on a quorum of masters, waiting as `wait` allows (see
+    /// the module documentation for how it waits).
     pub fn acquire(&self, wait: Wait, interrupt: Option<Interrupt<'_>>) -> Result<bool> {
+        // One token for the whole call: a master that hands its key to this
+        // waiter sets it to this token, which the next attempt then counts.
+        let token = crate::new_token();
+        let mut waiter = None;
+        let outcome = self.acquire_as(&token, wait, interrupt, &mut waiter);
+        if let Some(w) = waiter {
+            w.close(self, &token, matches!(outcome, Ok(true)));
+        }
+        outcome
+    }
+
+    fn acquire_as(
+        &self,
+        token: &str,
+        wait: Wait,
+        interrupt: Option<Interrupt<'_>>,
+        waiter: &mut Option<Waiter>,
+    ) -> Result<bool> {
         let deadline = wait.deadline();
+        let ttl_ms = validate::millis(self.ttl);
+        let lease_ms = validate::millis(wait::lease_for(NOTIFIED_RECHECK));
         loop {
-            let token = crate::new_token();
             let start = Instant::now();
+            let listening: Vec<bool> = match waiter {
+                Some(w) => w.subs.iter().map(Option::is_some).collect(),
+                None => vec![false; self.clients.len()],
+            };
+            let id = waiter.as_ref().map(|w| w.id.clone()).unwrap_or_default();
             let k = &self.keys;
-            let replies = self.on_all(|c| {
+            let replies = self.on_each(|i, c| {
                 let call = LOCK_ACQUIRE
                     .call(&[&k.lock, &k.fence, &k.waiters, &k.leases])
-                    .arg(&token)
-                    .arg(validate::millis(self.ttl))
-                    .arg("")
+                    .arg(token)
+                    .arg(ttl_ms)
+                    .arg(if listening[i] { id.as_str() } else { "" })
                     .arg("0")
-                    .arg(1000)
+                    .arg(lease_ms)
                     .arg(&k.channel);
                 c.run(&self.label, |conn| call.query::<(i64, i64)>(conn.like()))
             });
             let elapsed = start.elapsed();
+            if let Some(w) = waiter.as_mut() {
+                w.update(&replies);
+            }
             if let Some(e) = self.unreachable(&replies) {
                 // Undo wherever it was taken (best effort: the rest expires).
-                self.release_everywhere(&token);
+                self.release_everywhere(token);
                 return Err(e);
             }
             let granted: Vec<i64> = replies
@@ -146,7 +200,7 @@ impl Redlock {
                 let fence = granted.iter().copied().max().unwrap_or(0);
                 self.spread_fence(&replies, fence);
                 *lock(&self.state) = Some(Held {
-                    token,
+                    token: token.to_string(),
                     fence,
                     pid: crate::fork::current_pid(),
                     valid_until: start + validity,
@@ -156,31 +210,71 @@ impl Redlock {
             }
             // Not enough: undo everywhere (a master that timed out may have
             // taken it all the same).
-            self.release_everywhere(&token);
-            // Pause: random up to RETRY_MAX, no longer than the shortest holder TTL.
-            let shortest = replies
+            self.release_everywhere(token);
+            if wait == Wait::Try {
+                return Ok(false);
+            }
+            // Pause no longer than the shortest holder TTL, nor past the deadline.
+            let mut limit = replies
                 .iter()
                 .filter_map(|r| r.as_ref().ok())
                 .filter(|(taken, pttl)| *taken == 0 && *pttl > 0)
                 .map(|(_, pttl)| Duration::from_millis(*pttl as u64 + 1))
-                .min();
-            let mut pause = jitter(RETRY_MAX);
-            if let Some(s) = shortest {
-                pause = pause.min(s);
-            }
-            match (wait, deadline) {
-                (Wait::Try, _) => return Ok(false),
-                (_, Some(d)) => {
-                    let left = d.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        return Ok(false);
-                    }
-                    pause = pause.min(left);
+                .min()
+                .unwrap_or(Duration::MAX);
+            if let Some(d) = deadline {
+                let left = d.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Ok(false);
                 }
-                _ => {}
+                limit = limit.min(left);
             }
-            wait::pause(pause, interrupt).map_err(|_| wait::interrupted(&self.label))?;
+            if waiter
+                .as_ref()
+                .is_some_and(|w| w.subs.iter().all(Option::is_none))
+            {
+                *waiter = None; // every subscription broke: start over
+            }
+            if waiter.is_none() {
+                *waiter = self.subscribe(&replies);
+                if waiter.is_some() {
+                    continue; // the next attempt registers where we listen
+                }
+            }
+            let pause = match waiter.as_mut() {
+                Some(w) => w.listen(NOTIFIED_RECHECK.min(limit), interrupt),
+                None => wait::pause(jitter(RETRY_MAX).min(limit), interrupt),
+            };
+            pause.map_err(|_| wait::interrupted(&self.label))?;
         }
+    }
+
+    /// Subscribes on every master that answered in `replies`, in parallel
+    /// (`None` when no subscription could be made).
+    fn subscribe(&self, replies: &[Result<(i64, i64)>]) -> Option<Waiter> {
+        let id = crate::new_token();
+        let mut channel = self.keys.channel.clone();
+        channel.extend_from_slice(id.as_bytes());
+        let subs: Vec<Option<Sub>> = self
+            .on_each(|i, c| {
+                if replies[i].is_err() {
+                    return Err(Error::new(ErrorKind::Connection, "did not answer"));
+                }
+                let mut sub = c.checkout_subscriber(&self.keys.lock)?;
+                wait::subscribe(&mut sub, &channel, c.command_timeout())?;
+                Ok(sub)
+            })
+            .into_iter()
+            .map(|r| {
+                r.ok().map(|sub| Sub {
+                    sub,
+                    registered: false,
+                })
+            })
+            .collect();
+        subs.iter()
+            .any(Option::is_some)
+            .then_some(Waiter { id, channel, subs })
     }
 
     /// Raises the fencing counter of the masters that granted this hold to
@@ -388,6 +482,99 @@ impl Redlock {
             ErrorKind::NotOwned,
             format!("{}: not owned: {why}", self.label),
         )
+    }
+}
+
+/// A waiting Redlock's subscriptions, one per master (see the module docs).
+struct Waiter {
+    id: String,
+    channel: Vec<u8>,
+    /// Per master: its subscription, if one could be made and still works.
+    subs: Vec<Option<Sub>>,
+}
+
+struct Sub {
+    sub: Subscriber,
+    /// The last attempt registered us there (the key was busy); a key that
+    /// attempt took, it took with our registration.
+    registered: bool,
+}
+
+impl Waiter {
+    /// Notes where the last attempt left us registered; a master that failed
+    /// probably broke its subscription too: it is dropped.
+    fn update(&mut self, replies: &[Result<(i64, i64)>]) {
+        for (slot, reply) in self.subs.iter_mut().zip(replies) {
+            match (slot.as_mut(), reply) {
+                (Some(s), Ok((taken, _))) => s.registered = *taken == 0,
+                (Some(_), Err(_)) => *slot = None,
+                (None, _) => {}
+            }
+        }
+    }
+
+    /// Waits up to `pause` for a hand-over message on the first master where
+    /// we are registered (or just pauses if there is none). Only the
+    /// interrupt hook is an error; a broken subscription is dropped.
+    fn listen(&mut self, pause: Duration, interrupt: Option<Interrupt<'_>>) -> Result<()> {
+        let slot = self
+            .subs
+            .iter_mut()
+            .find(|s| s.as_ref().is_some_and(|s| s.registered));
+        let Some(slot) = slot else {
+            return wait::pause(pause.min(RETRY_MAX), interrupt);
+        };
+        // Tell the hook's verdict apart from a broken connection.
+        let stopped = &Cell::new(false);
+        let watched = interrupt.map(|check| move || check().inspect_err(|_| stopped.set(true)));
+        let hook: Option<Interrupt<'_>> = watched.as_ref().map(|h| h as _);
+        let heard = match slot.as_mut() {
+            Some(s) => wait::listen(&mut s.sub.conn, &self.channel, pause, hook),
+            None => Ok(None),
+        };
+        match heard {
+            Ok(_) => Ok(()),
+            Err(e) if stopped.get() => Err(e),
+            Err(_) => {
+                *slot = None;
+                Ok(())
+            }
+        }
+    }
+
+    /// Deregisters where registered; a key handed over meanwhile is kept
+    /// when the Redlock is `held` (it is part of the hold), else passed on.
+    /// Each subscription is left for the next user of its connection to drop
+    /// (as after a `Lock` wait), or dropped now if deregistering failed.
+    fn close(self, redlock: &Redlock, token: &str, held: bool) {
+        let k = &redlock.keys;
+        let member = format!("{}|{}|{token}", self.id, validate::millis(redlock.ttl));
+        for (client, slot) in redlock.clients.iter().zip(self.subs) {
+            let Some(Sub {
+                mut sub,
+                registered,
+            }) = slot
+            else {
+                continue;
+            };
+            let left = !registered || {
+                let call = LOCK_LEAVE
+                    .call(&[&k.lock, &k.fence, &k.waiters, &k.leases])
+                    .arg(&member)
+                    .arg(token)
+                    .arg(if held { "0" } else { "1" })
+                    .arg(&k.channel);
+                client
+                    .run(&redlock.label, |c| call.query::<Vec<i64>>(c.like()))
+                    .is_ok()
+            };
+            if left {
+                sub.leftover = Some(self.channel.clone());
+                client.checkin_subscriber(sub);
+            } else if sub.conn.unsubscribe_resp3(&self.channel).is_ok() {
+                client.checkin_subscriber(sub);
+            }
+        }
     }
 }
 

@@ -222,7 +222,7 @@ enum Step<T> {
 /// SUBSCRIBE (in the same write as the UNSUBSCRIBE of a leftover channel),
 /// then wait for its confirmation (push frames of earlier, finished waits on
 /// this connection are skipped).
-fn subscribe(sub: &mut Subscriber, channel: &[u8], timeout: Duration) -> Result<()> {
+pub(crate) fn subscribe(sub: &mut Subscriber, channel: &[u8], timeout: Duration) -> Result<()> {
     let fail = |e| Error::from_redis("subscribing", e);
     let conn = &mut sub.conn;
     conn.set_read_timeout(Some(timeout)).map_err(fail)?;
@@ -292,7 +292,7 @@ fn run<W: Waiting>(
 /// Waits up to `pause` for a message on `channel`, consulting `interrupt`
 /// every [`INTERRUPT_SLICE`]. Returns the payload, or `None` at the end of the
 /// pause; only the interrupt hook or a broken connection are errors.
-fn listen(
+pub(crate) fn listen(
     conn: &mut redis::Connection,
     channel: &[u8],
     pause: Duration,

@@ -31,7 +31,8 @@ class _LockBase:
         lock's own ``timeout``; ``None`` there too waits forever; ``0`` tries once.
         The wait releases the GIL and raises ``KeyboardInterrupt`` on Ctrl-C. A
         :class:`Lock` is woken by the holder's release within about a millisecond
-        (no polling); a :class:`Redlock` retries after random pauses (≤ 50 ms).
+        (no polling); a :class:`Redlock` too, through the masters it registered
+        on, and re-checks every 250 ms in case a release missed one of them.
         """
     def release(self) -> None:
         """Release the lock. Raises :class:`LockNotOwnedError` when this object

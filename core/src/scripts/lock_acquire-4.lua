@@ -21,7 +21,10 @@ end
 
 local holder = redis.call('GET', lock)
 if holder == token then
-  -- Handed over to us, or a retried acquire whose first reply was lost.
+  -- Handed over to us, or a retried acquire whose first reply was lost. The
+  -- TTL starts again, so that it counts from this call (Redlock computes the
+  -- validity of a hold from the start of its attempt).
+  redis.call('PEXPIRE', lock, ARGV[2])
   if me ~= '' then remove_waiter(waiters, leases, me) end
   return {1, tonumber(redis.call('GET', fence) or '0')}
 end
