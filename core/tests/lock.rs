@@ -7,8 +7,8 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{client, lock_opts, raw};
-use ferrolock::{Client, Config, ErrorKind, Lock, Wait};
+use common::{client, lock_opts, own_server, raw};
+use ferrolock::{ErrorKind, Lock, Wait};
 use redis::Commands;
 
 #[test]
@@ -394,12 +394,7 @@ fn extend_to_a_shorter_ttl_reschedules_the_watchdog() {
 /// behind a PING (the one after a wait).
 #[test]
 fn scripts_are_loaded_again_after_the_script_cache_is_flushed() {
-    let server = ferrolock::testing::RedisServer::start();
-    let c = Client::new(Config::from_url(&server.url()).unwrap()).unwrap();
-    let mut r = redis::Client::open(server.url())
-        .unwrap()
-        .get_connection()
-        .unwrap();
+    let (_server, c, mut r) = own_server();
     let mut flush = || {
         let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut r).unwrap();
     };
@@ -431,12 +426,7 @@ fn scripts_are_loaded_again_after_the_script_cache_is_flushed() {
 /// acquire with that error, busy lock or not, instead of a plain "no".
 #[test]
 fn a_server_refusing_writes_fails_the_acquire_with_its_error() {
-    let server = ferrolock::testing::RedisServer::start();
-    let c = Client::new(Config::from_url(&server.url()).unwrap()).unwrap();
-    let mut r = redis::Client::open(server.url())
-        .unwrap()
-        .get_connection()
-        .unwrap();
+    let (_server, c, mut r) = own_server();
     let opts = lock_opts("refused");
     let holder = Lock::new(&c, b"x", opts.clone()).unwrap();
     assert!(holder.try_acquire().unwrap());

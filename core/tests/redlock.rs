@@ -64,6 +64,16 @@ impl Masters {
     }
 }
 
+/// Acquires `lock` in a thread, waiting up to 30 s: (acquired, the lock).
+fn wait_in_thread(lock: Redlock) -> thread::JoinHandle<(bool, Redlock)> {
+    thread::spawn(move || {
+        let ok = lock
+            .acquire(Wait::For(Duration::from_secs(30)), None)
+            .unwrap();
+        (ok, lock)
+    })
+}
+
 /// A waiting Redlock registers on every master and is handed the lock by the
 /// release, re-checking a few times a second, not every few milliseconds.
 #[test]
@@ -71,15 +81,7 @@ fn a_redlock_waiter_is_handed_the_lock_instead_of_polling() {
     let masters = Masters::start(3);
     let holder = masters.redlock(b"rl");
     assert!(holder.acquire(Wait::Try, None).unwrap());
-    let waiter = thread::spawn({
-        let waiter = masters.redlock(b"rl");
-        move || {
-            let ok = waiter
-                .acquire(Wait::For(Duration::from_secs(30)), None)
-                .unwrap();
-            (ok, waiter)
-        }
-    });
+    let waiter = wait_in_thread(masters.redlock(b"rl"));
     thread::sleep(Duration::from_millis(300));
     assert_eq!(
         masters.waiters(),
@@ -119,15 +121,7 @@ fn a_redlock_waiter_survives_the_master_it_listens_on() {
     let mut masters = Masters::start(3);
     let holder = masters.redlock(b"rl2");
     assert!(holder.acquire(Wait::Try, None).unwrap());
-    let waiter = thread::spawn({
-        let waiter = masters.redlock(b"rl2");
-        move || {
-            let ok = waiter
-                .acquire(Wait::For(Duration::from_secs(30)), None)
-                .unwrap();
-            (ok, waiter)
-        }
-    });
+    let waiter = wait_in_thread(masters.redlock(b"rl2"));
     thread::sleep(Duration::from_millis(300));
     assert_eq!(masters.waiters(), vec![1, 1, 1]);
     drop(masters.servers.remove(0));

@@ -4,7 +4,8 @@
 
 -- An integral number as the decimal string Redis expects. Redis formats a Lua
 -- number passed to redis.call with "%.17g" (glibc's multi-precision float
--- printing): about 5% of Redis's CPU in the lock scripts (callgrind).
+-- printing): about 5% of the instructions Redis ran for the lock scripts
+-- (callgrind).
 -- string.format('%d') prints an integer instead, exact up to 2^53 (Lua's
 -- integer format is a C long: 64 bits on the platforms Redis supports).
 local function digits(n)

@@ -64,3 +64,15 @@ pub fn keys_with(prefix: &[u8]) -> usize {
     let keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg(pattern).query(&mut c).unwrap();
     keys.len()
 }
+
+/// A server of its own (for tests that reconfigure or flush it), a client of
+/// it, and a plain connection for assertions. Keep the server alive.
+pub fn own_server() -> (RedisServer, Client, redis::Connection) {
+    let server = RedisServer::start();
+    let client = Client::new(Config::from_url(&server.url()).unwrap()).unwrap();
+    let conn = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    (server, client, conn)
+}
