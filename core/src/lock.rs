@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::client::{Client, Conn, lock};
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::LockKeys;
-use crate::scripts::{LOCK_ACQUIRE, LOCK_EXTEND, LOCK_LEAVE, LOCK_RELEASE};
+use crate::scripts::{Call, LOCK_ACQUIRE, LOCK_EXTEND, LOCK_LEAVE, LOCK_RELEASE};
 use crate::validate;
 use crate::wait::{self, Attempt, Interrupt, Leaving, Wait, WaitSpec};
 use crate::watchdog::{self, Lease};
@@ -107,6 +107,34 @@ enum Tried {
     Acquired(i64),
     /// Held by another owner: its remaining TTL if known, else wait for a turn.
     Busy(Option<Duration>),
+}
+
+/// One run of the acquire script (`lock_acquire-4.lua`) for `token`;
+/// `waiter` registers it as that waiter while the lock is busy ('' = not).
+/// An attempt of a non-fair lock that does not register is the uncontended
+/// case: it uses the script's short form, two keys and four arguments fewer.
+pub(crate) fn acquire_call(
+    k: &LockKeys,
+    token: &str,
+    ttl_ms: u64,
+    waiter: &str,
+    fair: bool,
+    lease_ms: u64,
+) -> Call {
+    if waiter.is_empty() && !fair {
+        return LOCK_ACQUIRE
+            .call(&[&k.lock, &k.fence])
+            .arg(token)
+            .arg(ttl_ms);
+    }
+    LOCK_ACQUIRE
+        .call(&[&k.lock, &k.fence, &k.waiters, &k.leases])
+        .arg(token)
+        .arg(ttl_ms)
+        .arg(waiter)
+        .arg(if fair { "1" } else { "0" })
+        .arg(lease_ms)
+        .arg(&k.channel)
 }
 
 /// `lock "name"` (or `queue "name"`), shortened for messages.
@@ -245,15 +273,8 @@ impl Lock {
     }
 
     fn attempt_as(&self, token: &str, waiter: &str, lease_ms: u64) -> Result<Tried> {
-        let k = &self.keys;
-        let call = LOCK_ACQUIRE
-            .call(&[&k.lock, &k.fence, &k.waiters, &k.leases])
-            .arg(token)
-            .arg(validate::millis(self.opts.ttl))
-            .arg(waiter)
-            .arg(if self.opts.fair { "1" } else { "0" })
-            .arg(lease_ms)
-            .arg(&k.channel);
+        let ttl_ms = validate::millis(self.opts.ttl);
+        let call = acquire_call(&self.keys, token, ttl_ms, waiter, self.opts.fair, lease_ms);
         let (taken, value): (i64, i64) = self.client.run(&self.label, |c| call.query(c.like()))?;
         Ok(match (taken, value) {
             (1, fence) => Tried::Acquired(fence),

@@ -33,8 +33,8 @@ use std::time::{Duration, Instant};
 use crate::client::{Client, Subscriber, lock};
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::LockKeys;
-use crate::lock::{DistributedLock, label};
-use crate::scripts::{LOCK_ACQUIRE, LOCK_EXTEND, LOCK_FENCE, LOCK_LEAVE, LOCK_RELEASE};
+use crate::lock::{DistributedLock, acquire_call, label};
+use crate::scripts::{LOCK_EXTEND, LOCK_FENCE, LOCK_LEAVE, LOCK_RELEASE};
 use crate::validate;
 use crate::wait::{self, Interrupt, Wait};
 
@@ -168,14 +168,8 @@ impl Redlock {
             let id = waiter.as_ref().map(|w| w.id.clone()).unwrap_or_default();
             let k = &self.keys;
             let replies = self.on_each(|i, c| {
-                let call = LOCK_ACQUIRE
-                    .call(&[&k.lock, &k.fence, &k.waiters, &k.leases])
-                    .arg(token)
-                    .arg(ttl_ms)
-                    .arg(if listening[i] { id.as_str() } else { "" })
-                    .arg("0")
-                    .arg(lease_ms)
-                    .arg(&k.channel);
+                let waiter = if listening[i] { id.as_str() } else { "" };
+                let call = acquire_call(k, token, ttl_ms, waiter, false, lease_ms);
                 c.run(&self.label, |conn| call.query::<(i64, i64)>(conn.like()))
             });
             let elapsed = start.elapsed();

@@ -3,8 +3,9 @@
 //! when the server answers NOSCRIPT (after a restart, a failover, a flush).
 //!
 //! Shared helpers (waiter bookkeeping, server time, reclaiming expired
-//! reservations) exist once, in `prelude.lua`; `build.rs` prepends to each
-//! script the helpers it uses.
+//! reservations) exist once, in `prelude.lua`; `build.rs` puts in each
+//! script the helpers it uses, those only its slow path uses after a
+//! `-- slow path` line (so its common case creates no closure it skips).
 
 use std::sync::LazyLock;
 
@@ -155,20 +156,30 @@ mod tests {
             .collect()
     }
 
-    /// How often `name` occurs as a whole word in `code`, comments excluded.
-    fn mentions(code: &str, name: &str) -> usize {
+    /// Where `name` occurs as a whole word in `code`, comments excluded
+    /// (byte offsets, in order).
+    fn mentions_at(code: &str, name: &str) -> Vec<usize> {
         let word = |c: char| c.is_alphanumeric() || c == '_';
-        code.lines()
-            .map(|l| l.split("--").next().unwrap_or_default())
-            .map(|l| {
+        let mut found = Vec::new();
+        let mut offset = 0;
+        for line in code.split_inclusive('\n') {
+            let l = line.split("--").next().unwrap_or_default();
+            found.extend(
                 l.match_indices(name)
                     .filter(|(i, _)| {
                         !l[..*i].chars().next_back().is_some_and(word)
                             && !l[i + name.len()..].chars().next().is_some_and(word)
                     })
-                    .count()
-            })
-            .sum()
+                    .map(|(i, _)| offset + i),
+            );
+            offset += line.len();
+        }
+        found
+    }
+
+    /// How often `name` occurs as a whole word in `code`, comments excluded.
+    fn mentions(code: &str, name: &str) -> usize {
+        mentions_at(code, name).len()
     }
 
     /// `build.rs` prepends to each script exactly the prelude helpers it uses.
@@ -192,6 +203,47 @@ mod tests {
                 // A defined helper's own `local function` line is one mention.
                 let used = mentions(&code, h) > usize::from(here.contains(h));
                 assert_eq!(used, here.contains(h), "{name}: helper {h} used {used}");
+                if used {
+                    // Defined before its first use: Lua would look up a
+                    // global of that name, which Redis refuses.
+                    let definition = code.find(&format!("local function {h}(")).unwrap();
+                    assert_eq!(
+                        mentions_at(&code, h)[0],
+                        definition + "local function ".len(),
+                        "{name}: {h} used before it is defined"
+                    );
+                }
+            }
+        }
+    }
+
+    /// The common case of the hottest scripts (an uncontended acquire and
+    /// release, a pop with tasks due) creates no closure it does not call:
+    /// the helpers of their slow paths are defined after the marker.
+    #[test]
+    fn common_cases_leave_the_slow_path_helpers_undefined() {
+        let assembled = Path::new(env!("OUT_DIR")).join("scripts");
+        for (name, slow_only) in [
+            (
+                "lock_acquire-4.lua",
+                &["grant_next", "register_waiter", "heal_orphan"][..],
+            ),
+            (
+                "lock_release-4.lua",
+                &["grant_next", "next_fence", "now_us"][..],
+            ),
+            (
+                "queue_take-6.lua",
+                &["register_waiter", "wake_waiters", "next_work_at"][..],
+            ),
+        ] {
+            let code = std::fs::read_to_string(assembled.join(name)).unwrap();
+            let marker = code
+                .find("\n-- slow path")
+                .unwrap_or_else(|| panic!("{name}: no marker"));
+            for h in slow_only {
+                let at = code.find(&format!("local function {h}(")).unwrap();
+                assert!(at > marker, "{name}: {h} is defined before the slow path");
             }
         }
     }

@@ -1,5 +1,7 @@
--- Shared helpers: build.rs prepends to each script the ones it calls (a helper
--- is a `local function` at the start of a line with the comments above it).
+-- Shared helpers: build.rs puts in each script the ones it calls (a helper is
+-- a `local function` at the start of a line with the comments above it): in
+-- front, or at the script's `-- slow path` line if only code below it calls
+-- them.
 -- Times come from the server clock (TIME), so every client agrees on "now".
 
 -- An integral number as the decimal string Redis expects. Redis formats a Lua
@@ -169,6 +171,21 @@ local function reclaim_expired(queue, inflight, receipts, now)
     redis.call('HDEL', receipts, id)
   end
   return #expired
+end
+
+-- Removes from `queue` the ids of `items` (id, score, id, score, ...), at
+-- most 1000 per ZREM (unpack has a stack limit). Returns `items`.
+local function remove_taken(queue, items)
+  local ids = {}
+  for i = 1, #items, 2 do
+    ids[#ids + 1] = items[i]
+    if #ids >= 1000 then
+      redis.call('ZREM', queue, unpack(ids))
+      ids = {}
+    end
+  end
+  if #ids > 0 then redis.call('ZREM', queue, unpack(ids)) end
+  return items
 end
 
 -- The earliest time (unix s, as a string) at which work may appear without

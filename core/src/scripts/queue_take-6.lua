@@ -14,9 +14,15 @@ if busy then return {-1, busy} end
 local now = now_s()
 local reclaimed = reclaim_expired(queue, inflight, receipts, now)
 local has_waiters = redis.call('EXISTS', waiters) == 1
-if has_waiters then prune_waiters(waiters, leases, math.floor(now * 1000)) end
 if mode == 'reserve' then count = 1 end
 local items = redis.call('ZRANGEBYSCORE', queue, '-inf', now, 'WITHSCORES', 'LIMIT', '0', count)
+if mode == 'pop' and #items > 0 and not has_waiters then
+  -- The common case: tasks are due and nobody waits for any.
+  return {1, remove_taken(queue, items)}
+end
+
+-- slow path (build.rs defines the helpers used below here)
+if has_waiters then prune_waiters(waiters, leases, math.floor(now * 1000)) end
 if #items == 0 then
   if me ~= '' then register_waiter(waiters, leases, me, math.floor(now * 1000000), lease) end
   return {0, next_work_at(queue, inflight), tostring(now)}
@@ -35,13 +41,4 @@ if mode == 'reserve' then
   redis.call('HSET', receipts, id, ARGV[8] .. '|' .. score)
   return {1, {id, score, ARGV[8], tostring(deadline)}}
 end
-local ids = {}
-for i = 1, #items, 2 do
-  ids[#ids + 1] = items[i]
-  if #ids >= 1000 then
-    redis.call('ZREM', queue, unpack(ids))
-    ids = {}
-  end
-end
-if #ids > 0 then redis.call('ZREM', queue, unpack(ids)) end
-return {1, items}
+return {1, remove_taken(queue, items)}
