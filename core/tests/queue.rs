@@ -228,6 +228,28 @@ fn reserve_ack_nack_and_visibility_timeout() {
 }
 
 #[test]
+fn a_reclaimed_task_keeps_its_exact_score() {
+    let q = Queue::new(&client(), b"q", queue_opts("reclaim-score")).unwrap();
+    let key = format!("{}q", String::from_utf8_lossy(&q.options().prefix));
+    let score: f64 = 1.0 / 3.0; // no short decimal form
+    let _: () = raw().zadd(&key, "t", score).unwrap();
+    let first = q
+        .reserve(Some(Duration::from_millis(50)), Wait::Try, None)
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.score.to_bits(), score.to_bits());
+    thread::sleep(Duration::from_millis(100));
+    // Reclaimed by this reserve (its consumer "died"), then reserved again.
+    let again = q.reserve(None, Wait::Try, None).unwrap().unwrap();
+    assert_eq!(again.id, b"t");
+    assert_eq!(again.score.to_bits(), score.to_bits());
+    assert!(
+        q.nack(&again.id, again.receipt.as_deref().unwrap(), 0.0)
+            .unwrap()
+    );
+}
+
+#[test]
 fn queue_ops_wait_for_a_legacy_queue_lock() {
     let q = Queue::new(&client(), b"jobs", queue_opts("legacy")).unwrap();
     let o = q.options();

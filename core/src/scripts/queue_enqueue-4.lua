@@ -5,7 +5,7 @@
 local busy = legacy_queue_lock(KEYS[2], ARGV[2])
 if busy then return {-1, busy} end
 local now = now_s()
-local score = now + tonumber(ARGV[1])
+local score = float_text(now + tonumber(ARGV[1]))
 local added, batch = 0, {}
 for i = 4, #ARGV do
   batch[#batch + 1] = score

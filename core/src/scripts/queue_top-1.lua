@@ -2,4 +2,5 @@
 -- KEYS: queue
 -- ARGV: count
 -- Returns {id, score, ...}
-return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_s(), 'WITHSCORES', 'LIMIT', '0', ARGV[1])
+local _, now_text = now_s()
+return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_text, 'WITHSCORES', 'LIMIT', '0', ARGV[1])
