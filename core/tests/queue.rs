@@ -243,10 +243,21 @@ fn a_reclaimed_task_keeps_its_exact_score() {
     let again = q.reserve(None, Wait::Try, None).unwrap().unwrap();
     assert_eq!(again.id, b"t");
     assert_eq!(again.score.to_bits(), score.to_bits());
-    assert!(
-        q.nack(&again.id, again.receipt.as_deref().unwrap(), 0.0)
-            .unwrap()
-    );
+
+    // A receipt edited by hand into text Redis would not take as a score
+    // (leading space) is read as a number: the task comes back, pops go on.
+    let mut r = raw();
+    let receipts: Vec<String> = r.keys(format!("{{*}}{key}:receipts")).unwrap();
+    assert_eq!(receipts.len(), 1, "{receipts:?}");
+    let inflight = receipts[0].replace(":receipts", ":inflight");
+    let receipt = again.receipt.as_deref().unwrap();
+    let _: () = r
+        .hset(&receipts[0], "t", format!("{receipt}| 0.5"))
+        .unwrap();
+    let _: () = r.zadd(&inflight, "t", 1.0).unwrap(); // its deadline passed
+    let popped = q.pop(1, Wait::Try, None, None).unwrap();
+    assert_eq!(ids(&popped), ["t"]);
+    assert_eq!(popped[0].score, 0.5);
 }
 
 #[test]

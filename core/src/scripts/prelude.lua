@@ -174,10 +174,10 @@ local function reclaim_expired(queue, inflight, receipts, now_text)
     local receipt = redis.call('HGET', receipts, id)
     local score = now_text
     if receipt then
-      -- The score as Redis printed it when the task was reserved: exact.
+      -- As a number (Redis prints it back exactly), not the stored text: a
+      -- receipt edited by hand (" 0.5", "1e400") must not stop every pop.
       local sep = string.find(receipt, '|', 1, true)
-      local kept = sep and string.sub(receipt, sep + 1)
-      if kept and tonumber(kept) then score = kept end
+      if sep then score = tonumber(string.sub(receipt, sep + 1)) or now_text end
     end
     redis.call('ZADD', queue, 'NX', score, id)
     redis.call('ZREM', inflight, id)
