@@ -182,7 +182,8 @@ mod tests {
         mentions_at(code, name).len()
     }
 
-    /// `build.rs` prepends to each script exactly the prelude helpers it uses.
+    /// `build.rs` puts in each script exactly the prelude helpers it uses,
+    /// each defined before its first use.
     #[test]
     fn scripts_carry_the_helpers_they_use_and_no_others() {
         let sources = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/scripts");
