@@ -8,7 +8,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{client, lock_opts, own_server, raw};
-use ferrolock::{ErrorKind, Lock, Wait};
+use ferrolock::{Client, ErrorKind, Lock, LockOptions, Wait};
 use redis::Commands;
 
 #[test]
@@ -157,20 +157,24 @@ fn release_wakes_a_waiter_by_notification() {
     opts.recheck = Duration::from_secs(30); // only a notification can wake it in time
     let holder = Lock::new(&c, b"x", opts.clone()).unwrap();
     assert!(holder.try_acquire().unwrap());
-    let waiter = thread::spawn({
-        let c = c.clone();
-        move || {
-            let l = Lock::new(&c, b"x", opts).unwrap();
-            let ok = l.acquire(Wait::For(Duration::from_secs(20)), None).unwrap();
-            (ok, Instant::now())
-        }
-    });
+    let waiter = wait_in_thread(&c, opts);
     thread::sleep(Duration::from_millis(300));
     let released = Instant::now();
     holder.release().unwrap();
-    let (ok, woke) = waiter.join().unwrap();
+    let (_, ok, woke) = waiter.join().unwrap();
     assert!(ok);
     assert!(woke.duration_since(released) < Duration::from_secs(5));
+}
+
+/// A thread that waits up to 20 s for lock "x"; it returns the lock, whether
+/// it got it, and when the wait ended.
+fn wait_in_thread(c: &Client, opts: LockOptions) -> thread::JoinHandle<(Lock, bool, Instant)> {
+    let c = c.clone();
+    thread::spawn(move || {
+        let l = Lock::new(&c, b"x", opts).unwrap();
+        let ok = l.acquire(Wait::For(Duration::from_secs(20)), None).unwrap();
+        (l, ok, Instant::now())
+    })
 }
 
 /// Channels of this test's waiters that some connection listens to.
@@ -401,18 +405,12 @@ fn scripts_are_loaded_again_after_the_script_cache_is_flushed() {
     let opts = lock_opts("flush");
     let holder = Lock::new(&c, b"x", opts.clone()).unwrap();
     assert!(holder.try_acquire().unwrap());
-    let waiter = thread::spawn({
-        let c = c.clone();
-        move || {
-            let l = Lock::new(&c, b"x", opts).unwrap();
-            assert!(l.acquire(Wait::For(Duration::from_secs(20)), None).unwrap());
-            l
-        }
-    });
+    let waiter = wait_in_thread(&c, opts);
     thread::sleep(Duration::from_millis(300));
     flush();
     holder.release().unwrap();
-    let waiter = waiter.join().unwrap();
+    let (waiter, ok, _) = waiter.join().unwrap();
+    assert!(ok);
     flush();
     waiter.release().unwrap();
     assert!(!waiter.locked().unwrap());
