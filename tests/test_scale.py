@@ -246,6 +246,86 @@ def test_sentinel_failover_during_a_workload():
         print(f"sentinel failover: {stats}")
 
 
+class DeadSentinel:
+    """A listed sentinel that never helps, the way real ones fail.
+
+    silent: its process accepts connections and never answers (hung, or
+    stopped with SIGSTOP). unreachable: connecting never completes (its host
+    went down without resetting connections): the accept queue of a listener
+    that never accepts is full, so the kernel drops further SYNs.
+    """
+
+    def __init__(self, fault: str):
+        import socket
+
+        self.server = socket.socket()
+        self.server.bind(("127.0.0.1", 0))
+        self.server.listen(0)
+        self.port = self.server.getsockname()[1]
+        self.accepted: list = []
+        if fault == "silent":
+            threading.Thread(target=self._accept, daemon=True).start()
+        else:
+            for _ in range(3):
+                c = socket.socket()
+                c.setblocking(False)
+                c.connect_ex(("127.0.0.1", self.port))
+                self.accepted.append(c)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            self.accepted.append(conn)
+
+    def close(self) -> None:
+        self.server.close()
+        for c in self.accepted:
+            c.close()
+
+
+@pytest.mark.parametrize("fault", ["silent", "unreachable"])
+def test_a_dead_first_sentinel_costs_one_timeout_not_every_operation(fault):
+    # The redis crate's Sentinel client had no timeouts: either fault used to
+    # hang the first operation for good. Now the dead sentinel costs one
+    # timeout; the next one answers and is asked first from then on (the
+    # Sentinel client guidelines), though the master is re-checked every
+    # second.
+    dead = DeadSentinel(fault)
+    try:
+        with SentinelSetup() as setup:
+            url = (f"redis+sentinel://127.0.0.1:{dead.port},"
+                   + setup.url.removeprefix("redis+sentinel://") + "?connect_timeout=1&timeout=1")
+            lock = Lock("dead-sentinel", url=url, auto_renew=False)
+            durations: list[float] = []
+            errors: list[BaseException] = []
+
+            def work() -> None:
+                try:
+                    end = time.monotonic() + 3.5  # three master re-checks at least
+                    while time.monotonic() < end:
+                        start = time.monotonic()
+                        assert lock.acquire(blocking=False)
+                        lock.release()
+                        durations.append(time.monotonic() - start)
+                except BaseException as e:  # reported below, not lost in the thread
+                    errors.append(e)
+
+            t = threading.Thread(target=work, daemon=True)
+            t.start()
+            t.join(timeout=60)
+            assert not t.is_alive(), "an operation hung on the dead sentinel"
+            assert not errors, errors
+            stalled = [d for d in durations if d > 0.9]
+            assert len(stalled) == 1, f"one timeout, once: {len(durations)} ops, stalls {stalled}"
+            if fault == "silent":
+                assert len(dead.accepted) == 1, "asked once only"
+    finally:
+        dead.close()
+
+
 def test_min_replicas_confirms_on_a_replica():
     with SentinelSetup() as setup:
         master = f"redis://127.0.0.1:{setup.current_master_port()}/0"

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use redis::{ConnectionInfo, ConnectionLike, RedisResult};
 
-use crate::config::{Config, Target};
+use crate::config::{Config, Target, node_info};
 use crate::error::{Error, ErrorKind, Result};
 
 /// Idle connections kept per client; more concurrent users simply open more
@@ -83,17 +83,18 @@ struct Idle {
     /// Sentinel: the master client currently believed to be right, and when
     /// the sentinels last confirmed it.
     master: Option<(redis::Client, Instant)>,
-    /// Sentinel: the resolver (it caches sentinel connections, so per process).
-    sentinel: Option<redis::sentinel::SentinelClient>,
 }
 
 enum Backend {
     Single(redis::Client),
-    Sentinel,
+    /// The sentinels, asked by one thread at a time and never while the pool
+    /// is locked (see [`Client::master_client`]).
+    Sentinel(Mutex<Resolver>),
     Cluster(redis::cluster::ClusterClient),
 }
 
 use crate::fork::current_pid;
+use crate::sentinel::{Resolver, Timeouts};
 
 /// Every pool of this process, so that `fork()` can wait until none is in use
 /// (see `fork.rs`).
@@ -108,8 +109,18 @@ static REGISTRY: Mutex<Option<HashMap<String, Client>>> = Mutex::new(None);
 struct ForkHold {
     registry: Option<MutexGuard<'static, Option<HashMap<String, Client>>>>,
     pools: Option<MutexGuard<'static, Vec<Weak<Inner>>>>,
-    /// Each pool's guard, with the pool it borrows from (dropped after it).
-    idle: Vec<(MutexGuard<'static, Idle>, Arc<Inner>)>,
+    /// Each pool's guards (its Sentinel resolver's, if any, and its own),
+    /// with the pool they borrow from (dropped after them).
+    idle: Vec<(PoolHold, Arc<Inner>)>,
+}
+
+/// The guards of one pool that `fork()` waits for (held, never read).
+#[expect(dead_code, reason = "held for their drop, which unlocks")]
+struct PoolHold {
+    /// Taken first: a lookup holds it, then locks the pool to store its
+    /// answer; nothing locks the pool and then waits for it.
+    resolver: Option<MutexGuard<'static, Resolver>>,
+    idle: MutexGuard<'static, Idle>,
 }
 
 thread_local! {
@@ -122,11 +133,19 @@ pub(crate) fn hold_for_fork() {
     let pools = lock(&POOLS);
     let mut idle = Vec::new();
     for inner in pools.iter().filter_map(Weak::upgrade) {
-        // SAFETY: the guard borrows from the pool `inner` points to, and is
+        // SAFETY: the guards borrow from the pool `inner` points to, and are
         // stored next to that Arc, which keeps the pool alive; `ForkHold`
-        // drops the guard first (tuple fields drop in order).
-        let m: &'static Mutex<Idle> = unsafe { &*std::ptr::from_ref(&inner.idle) };
-        idle.push((lock(m), inner));
+        // drops the guards first (tuple fields drop in order).
+        let pool: &'static Inner = unsafe { &*Arc::as_ptr(&inner) };
+        let resolver = match &pool.backend {
+            Backend::Sentinel(r) => Some(lock(r)),
+            _ => None,
+        };
+        let hold = PoolHold {
+            resolver,
+            idle: lock(&pool.idle),
+        };
+        idle.push((hold, inner));
     }
     let hold = ForkHold {
         registry: Some(registry),
@@ -169,7 +188,9 @@ impl Client {
             Target::Single(info) => Backend::Single(
                 single_client(info, &config).map_err(|e| Error::from_redis(&ctx, e))?,
             ),
-            Target::Sentinel { .. } => Backend::Sentinel,
+            Target::Sentinel { sentinels, .. } => {
+                Backend::Sentinel(Mutex::new(Resolver::new(sentinels.clone())))
+            }
             Target::Cluster { nodes, node, tls } => {
                 let mut b = redis::cluster::ClusterClientBuilder::new(nodes.clone())
                     .tcp_settings(tcp_settings())
@@ -201,7 +222,6 @@ impl Client {
                 subscribers: HashMap::new(),
                 slot_map: None,
                 master: None,
-                sentinel: None,
             }),
         });
         let mut pools = lock(&POOLS);
@@ -304,7 +324,6 @@ impl Client {
             // Forked: the sockets belong to the parent. Forget, never close.
             std::mem::forget(std::mem::take(&mut idle.conns));
             std::mem::forget(std::mem::take(&mut idle.subscribers));
-            std::mem::forget(idle.sentinel.take());
             idle.master = None;
             idle.slot_map = None;
             idle.pid = pid;
@@ -313,7 +332,7 @@ impl Client {
     }
 
     fn checkout(&self) -> Result<(Conn, bool)> {
-        if matches!(self.inner.backend, Backend::Sentinel) {
+        if matches!(self.inner.backend, Backend::Sentinel(_)) {
             self.master_client()?; // re-asks the sentinels once MASTER_RECHECK has passed
         }
         if let Some(conn) = self.idle().conns.pop() {
@@ -336,7 +355,7 @@ impl Client {
     /// Drops cached topology after an error that suggests it changed.
     fn forget_topology(&self, e: &redis::RedisError) {
         let mut idle = self.idle();
-        if matches!(self.inner.backend, Backend::Sentinel) {
+        if matches!(self.inner.backend, Backend::Sentinel(_)) {
             // The master may have moved: re-ask the sentinels on next connect,
             // and drop idle connections that may point at the old master.
             idle.master = None;
@@ -356,7 +375,7 @@ impl Client {
                 .open_plain(client)
                 .map(Conn::Single)
                 .map_err(|e| Error::from_redis(ctx, e)),
-            Backend::Sentinel => {
+            Backend::Sentinel(_) => {
                 let client = self.master_client()?;
                 self.open_plain(&client)
                     .map(Conn::Single)
@@ -377,64 +396,80 @@ impl Client {
         Ok(conn)
     }
 
-    /// Sentinel: the client of the current master, asking the sentinels if needed.
+    /// Sentinel: the client of the current master, asking the sentinels once
+    /// [`MASTER_RECHECK`] has passed since they last confirmed it (or after
+    /// an error that suggests a failover forgot it).
+    ///
+    /// One thread asks at a time, holding only the resolver's mutex: the
+    /// pool stays usable meanwhile. A thread that finds a lookup under way
+    /// goes on with the master known so far, or, when none is known, waits
+    /// for the answer. When no sentinel answers, the known master is kept
+    /// (and trusted for another [`MASTER_RECHECK`], so that every operation
+    /// does not pay the sentinels' timeouts); with none known, that is an
+    /// error.
     fn master_client(&self) -> Result<redis::Client> {
         let ctx = self.inner.config.redacted_url();
-        let Target::Sentinel {
-            sentinels,
-            master,
-            node,
-            tls,
-        } = &self.inner.config.target
+        let (
+            Backend::Sentinel(resolver),
+            Target::Sentinel {
+                master, node, tls, ..
+            },
+        ) = (&self.inner.backend, &self.inner.config.target)
         else {
             return Err(Error::new(
                 ErrorKind::Config,
                 format!("{ctx}: not a sentinel URL"),
             ));
         };
-        let mut idle = self.idle();
-        if let Some((client, at)) = &idle.master
-            && at.elapsed() < MASTER_RECHECK
-        {
-            return Ok(client.clone());
-        }
-        if idle.sentinel.is_none() {
-            let mut info = redis::sentinel::SentinelNodeConnectionInfo::default()
-                .set_redis_connection_info(node.clone())
-                .set_tcp_settings(tcp_settings());
-            if let Some(mode) = tls {
-                info = info.set_tls_mode(*mode);
+        let fresh = |idle: &Idle| match &idle.master {
+            Some((client, at)) if at.elapsed() < MASTER_RECHECK => Some(client.clone()),
+            _ => None,
+        };
+        let known = {
+            let idle = self.idle();
+            if let Some(client) = fresh(&idle) {
+                return Ok(client);
             }
-            let sc = redis::sentinel::SentinelClient::build(
-                sentinels.clone(),
-                master.clone(),
-                Some(info),
-                redis::sentinel::SentinelServerType::Master,
-            )
-            .map_err(|e| Error::from_redis(ctx, e))?;
-            idle.sentinel = Some(sc);
-        }
-        let sc = idle
-            .sentinel
-            .as_mut()
-            .ok_or_else(|| Error::new(ErrorKind::Connection, ctx))?;
-        let client = match sc.get_client() {
-            Ok(client) => client,
-            // Sentinels unreachable: keep the master we know rather than fail.
-            Err(e) => match idle.master.as_mut() {
-                Some((client, at)) => {
-                    *at = Instant::now();
-                    return Ok(client.clone());
-                }
-                None => return Err(Error::from_redis(ctx, e)),
+            idle.master.as_ref().map(|(client, _)| client.clone())
+        };
+        let mut resolver = match resolver.try_lock() {
+            Ok(guard) => guard,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => match known {
+                Some(client) => return Ok(client),
+                None => lock(resolver),
             },
         };
-        let client = match &self.inner.config.tls_certs {
-            Some(certs) => {
-                redis::Client::build_with_tls(client.get_connection_info().clone(), certs.clone())
-                    .map_err(|e| Error::from_redis(ctx, e))?
+        // A thread that waited finds the answer the other one stored.
+        if let Some(client) = fresh(&self.idle()) {
+            return Ok(client);
+        }
+        let cfg = &self.inner.config;
+        let limits = Timeouts {
+            connect: cfg.connect_timeout,
+            command: cfg.command_timeout,
+        };
+        let master_at = |host: &str, port: u16| -> RedisResult<redis::Client> {
+            single_client(&node_info(host, port, node, *tls)?, cfg)
+        };
+        let found = resolver
+            .master_address(master, known.is_none(), &limits, |host, port| {
+                self.open_plain(&master_at(host, port)?)
+            })
+            .and_then(|(host, port)| master_at(&host, port));
+        drop(resolver);
+        let mut idle = self.idle();
+        let client = match (found, known) {
+            (Ok(client), _) => client,
+            // Sentinels unreachable: keep the master we know rather than fail.
+            (Err(_), Some(client)) => {
+                if let Some((current, at)) = idle.master.as_mut() {
+                    *at = Instant::now();
+                    return Ok(current.clone());
+                }
+                return Ok(client);
             }
-            None => client,
+            (Err(e), None) => return Err(Error::from_redis(ctx, e)),
         };
         let moved = idle.master.as_ref().is_some_and(|(old, _)| {
             old.get_connection_info().addr() != client.get_connection_info().addr()
@@ -467,7 +502,7 @@ impl Client {
             });
         }
         let client = match (&self.inner.backend, &node) {
-            (Backend::Single(_) | Backend::Sentinel, _) => {
+            (Backend::Single(_) | Backend::Sentinel(_), _) => {
                 let client = match &self.inner.backend {
                     Backend::Single(c) => c.clone(),
                     _ => self.master_client()?,
@@ -489,20 +524,9 @@ impl Client {
                 else {
                     unreachable!("cluster backend has a cluster target")
                 };
-                let addr = match tls {
-                    Some(mode) => redis::ConnectionAddr::TcpTls {
-                        host: host.clone(),
-                        port: *port,
-                        insecure: *mode == redis::TlsMode::Insecure,
-                        tls_params: None,
-                    },
-                    None => redis::ConnectionAddr::Tcp(host.clone(), *port),
-                };
-                let info = redis::IntoConnectionInfo::into_connection_info(addr)
-                    .map_err(|e| Error::from_redis(ctx, e))?
-                    .set_redis_settings(
-                        settings.clone().set_protocol(redis::ProtocolVersion::RESP3),
-                    );
+                let settings = settings.clone().set_protocol(redis::ProtocolVersion::RESP3);
+                let info = node_info(host, *port, &settings, *tls)
+                    .map_err(|e| Error::from_redis(ctx, e))?;
                 single_client(&info, &self.inner.config).map_err(|e| Error::from_redis(ctx, e))?
             }
             (Backend::Cluster(_), None) => unreachable!("cluster subscribers have a node"),
@@ -524,7 +548,7 @@ impl Client {
     fn subscription_node(&self, key: &[u8]) -> Result<Option<(String, u16)>> {
         Ok(match &self.inner.backend {
             Backend::Single(_) => None,
-            Backend::Sentinel => {
+            Backend::Sentinel(_) => {
                 let master = self.master_client()?;
                 match master.get_connection_info().addr() {
                     redis::ConnectionAddr::Tcp(host, port)

@@ -393,18 +393,7 @@ impl Config {
             let nodes = addrs
                 .into_iter()
                 .map(|(host, port)| {
-                    let addr = match tls_mode {
-                        Some(mode) => ConnectionAddr::TcpTls {
-                            host,
-                            port,
-                            insecure: mode == TlsMode::Insecure,
-                            tls_params: None,
-                        },
-                        None => ConnectionAddr::Tcp(host, port),
-                    };
-                    addr.into_connection_info()
-                        .map(|i| i.set_redis_settings(node.clone()))
-                        .map_err(|e| bad(&e.to_string()))
+                    node_info(&host, port, &node, tls_mode).map_err(|e| bad(&e.to_string()))
                 })
                 .collect::<Result<Vec<_>>>()?;
             Target::Cluster {
@@ -546,6 +535,28 @@ fn redact_query(tail: &str) -> String {
         .collect::<Vec<_>>()
         .join("&");
     format!("{path}?{query}")
+}
+
+/// The connection info of the node at `host:port` of a Sentinel or Cluster
+/// deployment: its node settings (db, user, password) and TLS mode.
+pub(crate) fn node_info(
+    host: &str,
+    port: u16,
+    settings: &redis::RedisConnectionInfo,
+    tls: Option<TlsMode>,
+) -> redis::RedisResult<ConnectionInfo> {
+    let addr = match tls {
+        Some(mode) => ConnectionAddr::TcpTls {
+            host: host.to_owned(),
+            port,
+            insecure: mode == TlsMode::Insecure,
+            tls_params: None,
+        },
+        None => ConnectionAddr::Tcp(host.to_owned(), port),
+    };
+    Ok(addr
+        .into_connection_info()?
+        .set_redis_settings(settings.clone()))
 }
 
 #[cfg(test)]

@@ -37,6 +37,7 @@ mod lock;
 mod queue;
 mod redlock;
 mod scripts;
+mod sentinel;
 pub mod validate;
 pub mod wait;
 mod watchdog;
