@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 import sys
@@ -295,7 +296,9 @@ def test_a_dead_first_sentinel_costs_one_timeout_not_every_operation(fault):
     # second.
     dead = DeadSentinel(fault)
     try:
-        with SentinelSetup() as setup:
+        # (A slow down-after: a spurious failover on a loaded machine would
+        # add a lookup with a re-check of its own.)
+        with SentinelSetup(down_after_ms=5000) as setup:
             url = (f"redis+sentinel://127.0.0.1:{dead.port},"
                    + setup.url.removeprefix("redis+sentinel://") + "?connect_timeout=1&timeout=1")
             lock = Lock("dead-sentinel", url=url, auto_renew=False)
@@ -304,7 +307,7 @@ def test_a_dead_first_sentinel_costs_one_timeout_not_every_operation(fault):
 
             def work() -> None:
                 try:
-                    end = time.monotonic() + 3.5  # three master re-checks at least
+                    end = time.monotonic() + 3.5  # the first lookup, then two re-checks at least
                     while time.monotonic() < end:
                         start = time.monotonic()
                         assert lock.acquire(blocking=False)
@@ -345,3 +348,82 @@ def test_min_replicas_confirms_on_a_replica():
             lonely.acquire(blocking=False)
         assert not lonely.locked(), "released when not confirmed"
 
+
+def sentinel_stopped(setup: SentinelSetup, url_with_timeouts: str):
+    """A client whose first-asked sentinel has just been stopped (SIGSTOP):
+    its next lookup waits for one `timeout` on that sentinel."""
+    import contextlib
+    import signal
+
+    @contextlib.contextmanager
+    def stopped():
+        first = setup.sentinels[0].proc
+        warm = Lock("warm-up", url=url_with_timeouts, auto_renew=False)
+        assert warm.acquire(blocking=False)  # sentinels[0] answers, and stays first
+        warm.release()
+        first.send_signal(signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            first.send_signal(signal.SIGCONT)
+
+    return stopped()
+
+
+def test_a_sentinel_lookup_does_not_hold_up_other_threads():
+    with SentinelSetup(down_after_ms=5000) as setup:
+        url = setup.url + "?connect_timeout=1&timeout=1"
+        with sentinel_stopped(setup, url):
+            durations: list[list[float]] = [[], []]
+            errors: list[BaseException] = []
+
+            def work(i: int) -> None:
+                lock = Lock(f"threads-{i}", url=url, auto_renew=False)
+                try:
+                    end = time.monotonic() + 2.5
+                    while time.monotonic() < end:
+                        start = time.monotonic()
+                        assert lock.acquire(blocking=False)
+                        lock.release()
+                        durations[i].append(time.monotonic() - start)
+                except BaseException as e:
+                    errors.append(e)
+
+            threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=30)
+            assert not any(t.is_alive() for t in threads) and not errors, errors
+            # One thread asks the sentinels and waits for the stopped one; the
+            # other goes on with the master it knows (before: it waited on
+            # the pool's lock for the whole lookup).
+            stalls = [sum(d > 0.9 for d in ds) for ds in durations]
+            assert sorted(stalls) == [0, 1], f"stalls per thread: {stalls}"
+            assert min(len(ds) for ds in durations) > 100
+
+
+def test_fork_does_not_wait_for_a_sentinel_lookup():
+    with SentinelSetup(down_after_ms=5000) as setup:
+        url = setup.url + "?connect_timeout=3&timeout=3"
+        with sentinel_stopped(setup, url):
+            time.sleep(1.1)  # the master wants confirming again
+            lock = Lock("fork-lookup", url=url, auto_renew=False)
+            looking = threading.Thread(target=lambda: lock.acquire(blocking=False) and lock.release())
+            looking.start()
+            time.sleep(0.3)  # now asking the stopped sentinel, for 3 s
+            start = time.monotonic()
+            pid = os.fork()
+            if pid == 0:
+                ok = False
+                try:
+                    child = Lock("fork-lookup-child", url=url, auto_renew=False)
+                    ok = child.acquire(blocking=False)
+                    child.release()
+                finally:
+                    os._exit(0 if ok else 1)
+            forked_in = time.monotonic() - start
+            _, status = os.waitpid(pid, 0)
+            looking.join()
+            assert os.waitstatus_to_exitcode(status) == 0, "the child could lock"
+            assert forked_in < 1.5, f"fork() waited {forked_in:.1f} s for the lookup"

@@ -9,7 +9,7 @@
 //! down TLS sessions the parent still uses) and connects afresh.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use redis::{ConnectionInfo, ConnectionLike, RedisResult};
@@ -26,6 +26,10 @@ const MAX_IDLE: usize = 64;
 /// the sentinels demote it (seconds); re-asking bounds how long we could
 /// keep writing there.
 const MASTER_RECHECK: Duration = Duration::from_secs(1);
+
+/// The longest the known Sentinel master is trusted without confirmation
+/// while no sentinel answers (a lookup costs their timeouts).
+const MASTER_TRUST_MAX: Duration = Duration::from_secs(30);
 
 /// How long a cached cluster slot map is trusted before it is fetched again.
 const SLOT_MAP_TTL: Duration = Duration::from_secs(1);
@@ -69,6 +73,8 @@ struct Inner {
     config: Config,
     backend: Backend,
     idle: Mutex<Idle>,
+    /// Sentinel: signalled, with `idle`, when a lookup ends.
+    looked_up: Condvar,
 }
 
 /// Pool state, valid for the process `pid` only.
@@ -80,21 +86,59 @@ struct Idle {
     /// finished wait if it still listens to it (see [`Subscriber::leftover`]).
     subscribers: HashMap<Option<(String, u16)>, Vec<IdleSubscriber>>,
     slot_map: Option<(Instant, SlotMap)>,
-    /// Sentinel: the master client currently believed to be right, and when
-    /// the sentinels last confirmed it.
+    /// Changes when connections may point at a server that is no longer the
+    /// right one (Sentinel: a failover seen or suspected). A connection
+    /// checked out before is not pooled again.
+    epoch: u64,
+    /// Sentinel: what this pool knows of the master.
+    sentinel: Option<SentinelView>,
+}
+
+/// What a pool knows of its Sentinel master (see [`Client::master_client`]).
+struct SentinelView {
+    /// The resolver; `None` while a thread is asking the sentinels with it.
+    resolver: Option<Resolver>,
+    /// The master believed right, and until when it is trusted without
+    /// asking the sentinels again.
     master: Option<(redis::Client, Instant)>,
+    /// Lookups in a row that no sentinel answered (the known master is then
+    /// trusted for longer each time, up to [`MASTER_TRUST_MAX`]).
+    failures: u32,
+    /// Errors seen that suggest the master changed; the value as of the
+    /// last lookup that checked `ROLE`.
+    suspicions: u64,
+    checked: u64,
+    /// Lookups finished, and the error of the last one if it failed (for the
+    /// threads that waited for it).
+    lookups: u64,
+    last_error: Option<(ErrorKind, String)>,
+}
+
+impl SentinelView {
+    fn new(config: &Config) -> Option<Self> {
+        let Target::Sentinel { sentinels, .. } = &config.target else {
+            return None;
+        };
+        Some(Self {
+            resolver: Some(Resolver::new(sentinels.clone())),
+            master: None,
+            failures: 0,
+            suspicions: 0,
+            checked: 0,
+            lookups: 0,
+            last_error: None,
+        })
+    }
 }
 
 enum Backend {
     Single(redis::Client),
-    /// The sentinels, asked by one thread at a time and never while the pool
-    /// is locked (see [`Client::master_client`]).
-    Sentinel(Mutex<Resolver>),
+    Sentinel,
     Cluster(redis::cluster::ClusterClient),
 }
 
 use crate::fork::current_pid;
-use crate::sentinel::{Resolver, Timeouts};
+use crate::sentinel::{LookupError, Resolver, Timeouts};
 
 /// Every pool of this process, so that `fork()` can wait until none is in use
 /// (see `fork.rs`).
@@ -109,18 +153,8 @@ static REGISTRY: Mutex<Option<HashMap<String, Client>>> = Mutex::new(None);
 struct ForkHold {
     registry: Option<MutexGuard<'static, Option<HashMap<String, Client>>>>,
     pools: Option<MutexGuard<'static, Vec<Weak<Inner>>>>,
-    /// Each pool's guards (its Sentinel resolver's, if any, and its own),
-    /// with the pool they borrow from (dropped after them).
-    idle: Vec<(PoolHold, Arc<Inner>)>,
-}
-
-/// The guards of one pool that `fork()` waits for (held, never read).
-#[expect(dead_code, reason = "held for their drop, which unlocks")]
-struct PoolHold {
-    /// Taken first: a lookup holds it, then locks the pool to store its
-    /// answer; nothing locks the pool and then waits for it.
-    resolver: Option<MutexGuard<'static, Resolver>>,
-    idle: MutexGuard<'static, Idle>,
+    /// Each pool's guard, with the pool it borrows from (dropped after it).
+    idle: Vec<(MutexGuard<'static, Idle>, Arc<Inner>)>,
 }
 
 thread_local! {
@@ -133,19 +167,11 @@ pub(crate) fn hold_for_fork() {
     let pools = lock(&POOLS);
     let mut idle = Vec::new();
     for inner in pools.iter().filter_map(Weak::upgrade) {
-        // SAFETY: the guards borrow from the pool `inner` points to, and are
+        // SAFETY: the guard borrows from the pool `inner` points to, and is
         // stored next to that Arc, which keeps the pool alive; `ForkHold`
-        // drops the guards first (tuple fields drop in order).
-        let pool: &'static Inner = unsafe { &*Arc::as_ptr(&inner) };
-        let resolver = match &pool.backend {
-            Backend::Sentinel(r) => Some(lock(r)),
-            _ => None,
-        };
-        let hold = PoolHold {
-            resolver,
-            idle: lock(&pool.idle),
-        };
-        idle.push((hold, inner));
+        // drops the guard first (tuple fields drop in order).
+        let m: &'static Mutex<Idle> = unsafe { &*std::ptr::from_ref(&inner.idle) };
+        idle.push((lock(m), inner));
     }
     let hold = ForkHold {
         registry: Some(registry),
@@ -188,9 +214,7 @@ impl Client {
             Target::Single(info) => Backend::Single(
                 single_client(info, &config).map_err(|e| Error::from_redis(&ctx, e))?,
             ),
-            Target::Sentinel { sentinels, .. } => {
-                Backend::Sentinel(Mutex::new(Resolver::new(sentinels.clone())))
-            }
+            Target::Sentinel { .. } => Backend::Sentinel,
             Target::Cluster { nodes, node, tls } => {
                 let mut b = redis::cluster::ClusterClientBuilder::new(nodes.clone())
                     .tcp_settings(tcp_settings())
@@ -213,6 +237,7 @@ impl Client {
             }
         };
         install_crypto_provider();
+        let sentinel = SentinelView::new(&config);
         let inner = Arc::new(Inner {
             config,
             backend,
@@ -221,8 +246,10 @@ impl Client {
                 conns: Vec::new(),
                 subscribers: HashMap::new(),
                 slot_map: None,
-                master: None,
+                epoch: 0,
+                sentinel,
             }),
+            looked_up: Condvar::new(),
         });
         let mut pools = lock(&POOLS);
         pools.retain(|p| p.strong_count() > 0);
@@ -284,35 +311,36 @@ impl Client {
         context: &str,
         mut op: impl FnMut(&mut Conn) -> RedisResult<T>,
     ) -> Result<T> {
-        let (mut conn, reused) = self.checkout().map_err(|e| e.context(context))?;
+        let (mut conn, reused, epoch) = self.checkout().map_err(|e| e.context(context))?;
         match op(&mut conn) {
             Ok(v) => {
-                self.checkin(conn);
+                self.checkin(conn, epoch);
                 Ok(v)
             }
             Err(e) if reused && (is_stale(&e) || is_failover(&e)) => {
                 drop(conn);
                 self.forget_topology(&e);
+                let epoch = self.idle().epoch;
                 let mut fresh = self.connect().map_err(|e| e.context(context))?;
                 match op(&mut fresh) {
                     Ok(v) => {
-                        self.checkin(fresh);
+                        self.checkin(fresh, epoch);
                         Ok(v)
                     }
-                    Err(e) => Err(self.failed(fresh, e, context)),
+                    Err(e) => Err(self.failed(fresh, epoch, e, context)),
                 }
             }
-            Err(e) => Err(self.failed(conn, e, context)),
+            Err(e) => Err(self.failed(conn, epoch, e, context)),
         }
     }
 
-    fn failed(&self, conn: Conn, e: redis::RedisError, context: &str) -> Error {
+    fn failed(&self, conn: Conn, epoch: u64, e: redis::RedisError, context: &str) -> Error {
         // A server error reply leaves the connection usable; anything else
         // (I/O, timeout, protocol) leaves it in an unknown state.
         if e.is_io_error() || e.is_timeout() || e.is_unrecoverable_error() || is_failover(&e) {
             self.forget_topology(&e);
         } else {
-            self.checkin(conn);
+            self.checkin(conn, epoch);
         }
         Error::from_redis(context, e)
     }
@@ -324,30 +352,41 @@ impl Client {
             // Forked: the sockets belong to the parent. Forget, never close.
             std::mem::forget(std::mem::take(&mut idle.conns));
             std::mem::forget(std::mem::take(&mut idle.subscribers));
-            idle.master = None;
+            if let Some(view) = idle.sentinel.as_mut() {
+                std::mem::forget(view.resolver.take());
+            }
+            idle.sentinel = SentinelView::new(&self.inner.config);
             idle.slot_map = None;
             idle.pid = pid;
         }
         idle
     }
 
-    fn checkout(&self) -> Result<(Conn, bool)> {
-        if matches!(self.inner.backend, Backend::Sentinel(_)) {
+    /// A connection, whether it was pooled, and the pool's epoch when it
+    /// was taken (for [`Client::checkin`]).
+    fn checkout(&self) -> Result<(Conn, bool, u64)> {
+        if matches!(self.inner.backend, Backend::Sentinel) {
             self.master_client()?; // re-asks the sentinels once MASTER_RECHECK has passed
         }
-        if let Some(conn) = self.idle().conns.pop() {
-            return Ok((conn, true));
+        let (pooled, epoch) = {
+            let mut idle = self.idle();
+            (idle.conns.pop(), idle.epoch)
+        };
+        match pooled {
+            Some(conn) => Ok((conn, true, epoch)),
+            None => Ok((self.connect()?, false, epoch)),
         }
-        Ok((self.connect()?, false))
     }
 
-    pub(crate) fn checkin(&self, conn: Conn) {
+    /// Pools `conn` again, unless it is closed or the pool's epoch changed
+    /// since `epoch` (it may point at a master that is no longer one).
+    fn checkin(&self, conn: Conn, epoch: u64) {
         let open = match &conn {
             Conn::Single(c) => c.is_open(),
             Conn::Cluster(c) => c.is_open(),
         };
         let mut idle = self.idle();
-        if open && idle.conns.len() < MAX_IDLE {
+        if open && idle.epoch == epoch && idle.conns.len() < MAX_IDLE {
             idle.conns.push(conn);
         }
     }
@@ -355,10 +394,15 @@ impl Client {
     /// Drops cached topology after an error that suggests it changed.
     fn forget_topology(&self, e: &redis::RedisError) {
         let mut idle = self.idle();
-        if matches!(self.inner.backend, Backend::Sentinel(_)) {
-            // The master may have moved: re-ask the sentinels on next connect,
-            // and drop idle connections that may point at the old master.
-            idle.master = None;
+        if let Some(view) = idle.sentinel.as_mut() {
+            // The master may have moved: re-ask the sentinels (and check
+            // ROLE) before the next command, keeping the master we know only
+            // as a fallback; drop connections that may point at the old one.
+            view.suspicions += 1;
+            if let Some((_, until)) = view.master.as_mut() {
+                *until = Instant::now();
+            }
+            idle.epoch += 1;
             idle.conns.clear();
             idle.subscribers.clear();
         }
@@ -375,7 +419,7 @@ impl Client {
                 .open_plain(client)
                 .map(Conn::Single)
                 .map_err(|e| Error::from_redis(ctx, e)),
-            Backend::Sentinel(_) => {
+            Backend::Sentinel => {
                 let client = self.master_client()?;
                 self.open_plain(&client)
                     .map(Conn::Single)
@@ -396,91 +440,105 @@ impl Client {
         Ok(conn)
     }
 
-    /// Sentinel: the client of the current master, asking the sentinels once
-    /// [`MASTER_RECHECK`] has passed since they last confirmed it (or after
-    /// an error that suggests a failover forgot it).
+    /// Sentinel: the client of the current master, asking the sentinels when
+    /// the one known has not been confirmed for [`MASTER_RECHECK`] or an
+    /// error suggested that it changed (see [`Client::forget_topology`]).
     ///
-    /// One thread asks at a time, holding only the resolver's mutex: the
-    /// pool stays usable meanwhile. A thread that finds a lookup under way
-    /// goes on with the master known so far, or, when none is known, waits
-    /// for the answer. When no sentinel answers, the known master is kept
-    /// (and trusted for another [`MASTER_RECHECK`], so that every operation
-    /// does not pay the sentinels' timeouts); with none known, that is an
-    /// error.
+    /// One thread asks at a time, and holds no lock meanwhile: the pool
+    /// stays usable, and `fork()` need not wait. While it asks, other
+    /// threads go on with the master known so far, unless it is suspect or
+    /// there is none: those wait for the answer, and share its error if it
+    /// fails. When no sentinel answers at all, the known master is kept,
+    /// trusted for longer after each such failure (up to
+    /// [`MASTER_TRUST_MAX`]), so that a process does not pay the sentinels'
+    /// timeouts again every second; with none known, that is an error.
     fn master_client(&self) -> Result<redis::Client> {
         let ctx = self.inner.config.redacted_url();
-        let (
-            Backend::Sentinel(resolver),
-            Target::Sentinel {
-                master, node, tls, ..
-            },
-        ) = (&self.inner.backend, &self.inner.config.target)
-        else {
-            return Err(Error::new(
-                ErrorKind::Config,
-                format!("{ctx}: not a sentinel URL"),
-            ));
-        };
-        let fresh = |idle: &Idle| match &idle.master {
-            Some((client, at)) if at.elapsed() < MASTER_RECHECK => Some(client.clone()),
-            _ => None,
-        };
-        let known = {
-            let idle = self.idle();
-            if let Some(client) = fresh(&idle) {
-                return Ok(client);
-            }
-            idle.master.as_ref().map(|(client, _)| client.clone())
-        };
-        let mut resolver = match resolver.try_lock() {
-            Ok(guard) => guard,
-            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => match known {
-                Some(client) => return Ok(client),
-                None => lock(resolver),
-            },
-        };
-        // A thread that waited finds the answer the other one stored.
-        if let Some(client) = fresh(&self.idle()) {
-            return Ok(client);
-        }
-        let cfg = &self.inner.config;
-        let limits = Timeouts {
-            connect: cfg.connect_timeout,
-            command: cfg.command_timeout,
-        };
-        let master_at = |host: &str, port: u16| -> RedisResult<redis::Client> {
-            single_client(&node_info(host, port, node, *tls)?, cfg)
-        };
-        let found = resolver
-            .master_address(master, known.is_none(), &limits, |host, port| {
-                self.open_plain(&master_at(host, port)?)
-            })
-            .and_then(|(host, port)| master_at(&host, port));
-        drop(resolver);
+        let no_view = || Error::new(ErrorKind::Config, format!("{ctx}: not a sentinel URL"));
         let mut idle = self.idle();
-        let client = match (found, known) {
-            (Ok(client), _) => client,
-            // Sentinels unreachable: keep the master we know rather than fail.
-            (Err(_), Some(client)) => {
-                if let Some((current, at)) = idle.master.as_mut() {
-                    *at = Instant::now();
-                    return Ok(current.clone());
+        let (resolver, suspicions, recheck) = loop {
+            let view = idle.sentinel.as_mut().ok_or_else(no_view)?;
+            let now = Instant::now();
+            let suspect = view.suspicions != view.checked;
+            match &view.master {
+                Some((client, until)) if now < *until => return Ok(client.clone()),
+                Some((client, _)) if view.resolver.is_none() && !suspect => {
+                    return Ok(client.clone()); // somebody is asking: go on meanwhile
                 }
-                return Ok(client);
+                _ => {}
             }
-            (Err(e), None) => return Err(Error::from_redis(ctx, e)),
+            if let Some(resolver) = view.resolver.take() {
+                break (resolver, view.suspicions, suspect || view.master.is_none());
+            }
+            let seen = view.lookups;
+            idle = self
+                .inner
+                .looked_up
+                .wait_while(idle, |i| {
+                    i.sentinel.as_ref().is_some_and(|v| v.lookups == seen)
+                })
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            if let Some((kind, message)) = idle.sentinel.as_ref().and_then(|v| v.last_error.clone())
+            {
+                return Err(Error::new(kind, message));
+            }
         };
-        let moved = idle.master.as_ref().is_some_and(|(old, _)| {
-            old.get_connection_info().addr() != client.get_connection_info().addr()
-        });
-        if moved {
-            // Failover: every pooled connection points at the old master.
-            idle.conns.clear();
-            idle.subscribers.clear();
-        }
-        idle.master = Some((client.clone(), Instant::now()));
-        Ok(client)
+        drop(idle);
+        let mut lookup = Lookup {
+            client: self,
+            resolver: Some(resolver),
+        };
+        let found = lookup.run(recheck);
+        let resolver = lookup.resolver.take();
+        let mut idle = self.idle();
+        let view = idle.sentinel.as_mut().ok_or_else(no_view)?;
+        view.resolver = resolver;
+        view.lookups += 1;
+        let now = Instant::now();
+        let outcome = match found {
+            Ok(client) => {
+                let moved = view.master.as_ref().is_some_and(|(old, _)| {
+                    old.get_connection_info().addr() != client.get_connection_info().addr()
+                });
+                if recheck {
+                    view.checked = suspicions;
+                }
+                // An error seen meanwhile: this answer may predate it.
+                let until = if view.suspicions == suspicions {
+                    now + MASTER_RECHECK
+                } else {
+                    now
+                };
+                view.master = Some((client.clone(), until));
+                view.failures = 0;
+                view.last_error = None;
+                if moved {
+                    // Failover: every pooled connection points at the old master.
+                    idle.epoch += 1;
+                    idle.conns.clear();
+                    idle.subscribers.clear();
+                }
+                Ok(client)
+            }
+            Err(LookupError { error, no_answer }) => match view.master.as_mut() {
+                // No sentinel answered: keep the master we know rather than fail.
+                Some((client, until)) if no_answer => {
+                    view.failures = view.failures.saturating_add(1);
+                    let backoff = MASTER_RECHECK.saturating_mul(1 << view.failures.min(5));
+                    *until = now + backoff.min(MASTER_TRUST_MAX);
+                    view.last_error = None;
+                    Ok(client.clone())
+                }
+                _ => {
+                    let e = Error::from_redis(ctx, error);
+                    view.last_error = Some((e.kind(), e.to_string()));
+                    Err(e)
+                }
+            },
+        };
+        drop(idle);
+        self.inner.looked_up.notify_all();
+        outcome
     }
 
     /// A connection for a subscription, to the node that serves `key` (the
@@ -502,7 +560,7 @@ impl Client {
             });
         }
         let client = match (&self.inner.backend, &node) {
-            (Backend::Single(_) | Backend::Sentinel(_), _) => {
+            (Backend::Single(_) | Backend::Sentinel, _) => {
                 let client = match &self.inner.backend {
                     Backend::Single(c) => c.clone(),
                     _ => self.master_client()?,
@@ -548,7 +606,7 @@ impl Client {
     fn subscription_node(&self, key: &[u8]) -> Result<Option<(String, u16)>> {
         Ok(match &self.inner.backend {
             Backend::Single(_) => None,
-            Backend::Sentinel(_) => {
+            Backend::Sentinel => {
                 let master = self.master_client()?;
                 match master.get_connection_info().addr() {
                     redis::ConnectionAddr::Tcp(host, port)
@@ -615,6 +673,66 @@ impl Client {
         })?;
         self.idle().slot_map = Some((Instant::now(), map));
         Ok(node)
+    }
+}
+
+/// A Sentinel lookup under way: the resolver taken out of the pool (see
+/// [`Client::master_client`]). Should the lookup panic, dropping this puts a
+/// fresh resolver back and wakes the threads waiting for the answer.
+struct Lookup<'a> {
+    client: &'a Client,
+    resolver: Option<Resolver>,
+}
+
+impl Lookup<'_> {
+    /// Asks the sentinels; the client of the master found.
+    fn run(&mut self, recheck: bool) -> std::result::Result<redis::Client, LookupError> {
+        let client = self.client;
+        let cfg = &client.inner.config;
+        let Target::Sentinel {
+            master, node, tls, ..
+        } = &cfg.target
+        else {
+            unreachable!("a Sentinel lookup has a Sentinel target")
+        };
+        let limits = Timeouts {
+            connect: cfg.connect_timeout,
+            command: cfg.command_timeout,
+        };
+        let master_at = |host: &str, port: u16| -> RedisResult<redis::Client> {
+            single_client(&node_info(host, port, node, *tls)?, cfg)
+        };
+        let Some(resolver) = self.resolver.as_mut() else {
+            unreachable!("the resolver is taken back only after run")
+        };
+        let (host, port) = resolver.master_address(master, recheck, &limits, |host, port| {
+            // The ROLE check's connection: without CLIENT SETINFO, whose
+            // replies the redis crate would each wait for up to the connect
+            // timeout on a master that hangs.
+            let settings = node.clone().set_skip_set_lib_name();
+            let info = node_info(host, port, &settings, *tls)?;
+            client.open_plain(&single_client(&info, cfg)?)
+        })?;
+        master_at(&host, port).map_err(|error| LookupError {
+            error,
+            no_answer: false,
+        })
+    }
+}
+
+impl Drop for Lookup<'_> {
+    fn drop(&mut self) {
+        if self.resolver.is_none() {
+            return; // handed back by master_client
+        }
+        let mut idle = self.client.idle();
+        if let Some(view) = idle.sentinel.as_mut() {
+            view.resolver = SentinelView::new(&self.client.inner.config).and_then(|v| v.resolver);
+            view.lookups += 1;
+            view.last_error = Some((ErrorKind::Connection, "a Sentinel lookup failed".into()));
+        }
+        drop(idle);
+        self.client.inner.looked_up.notify_all();
     }
 }
 

@@ -8,14 +8,13 @@
 //!
 //! So `fork()` waits, in a `pthread_atfork` *prepare* handler, until it holds
 //! every mutex a child may need (the client registry, the list of pools, each
-//! pool and its Sentinel resolver, the watchdog), which also means no
-//! half-finished update is copied into the child; the *parent* and *child*
-//! handlers release them again. Those mutexes are only ever held for
-//! bookkeeping, so the wait is short (a Sentinel lookup in progress, bounded
-//! by the sentinels' connect and command timeouts, is the longest), and it
-//! cannot deadlock: none of them is taken while another is held, except a
-//! pool's after its resolver's, the order the handler takes them in. The child then sees its new pid (below): pools and the watchdog
-//! forget what belongs to the parent and start afresh.
+//! pool, the watchdog), which also means no half-finished update is copied
+//! into the child; the *parent* and *child* handlers release them again. Those
+//! mutexes are only ever held for bookkeeping, never across network I/O (a
+//! Sentinel lookup runs with none held, see `Client::master_client`), and
+//! none of them is taken while another of them is held, so the wait is short
+//! and cannot deadlock. The child then sees its new pid (below): pools and the
+//! watchdog forget what belongs to the parent and start afresh.
 
 use std::sync::Once;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -11,18 +11,21 @@
 //! sentinels and to the master without a timeout and reads their replies
 //! without one either. One sentinel that hangs, or whose host went down
 //! without resetting connections, then stalled every operation of the process
-//! for good (a lookup happens at most once a second, see `client.rs`). It also
-//! kept the order of the list, so a dead first sentinel cost every lookup its
-//! connect timeout, and it opened a connection to the master on every lookup.
-//! Here each sentinel gets `connect_timeout` to connect and `timeout` per
-//! reply, the last one that answered is asked first, and `ROLE` is checked
-//! only for an address not already confirmed.
+//! for good. It also kept the order of the list, so a dead first sentinel cost
+//! every lookup (one a second, see `client.rs`) its timeout, and it connected
+//! to the master for `ROLE` on every lookup. Here each sentinel gets
+//! `connect_timeout` to connect and `timeout` per reply, the last one that
+//! answered is asked first, and `ROLE` is checked once per address (again
+//! when the caller asks for it, after an error). Host names are resolved by
+//! the system resolver, which has timeouts of its own.
+//!
+//! What is not carried over: the crate skipped masters the sentinel flags as
+//! down (`s_down`); the guidelines do not ask for it, and `ROLE` (or the
+//! first command) finds a dead master anyway.
 
 use std::time::Duration;
 
 use redis::{ConnectionInfo, RedisError, RedisResult, Value};
-
-use crate::fork::current_pid;
 
 /// The sentinels of one deployment, and what was learnt from them.
 pub(crate) struct Resolver {
@@ -32,8 +35,6 @@ pub(crate) struct Resolver {
     conn: Option<redis::Connection>,
     /// The master address `ROLE` last confirmed.
     confirmed: Option<(String, u16)>,
-    /// The process `conn` belongs to (a forked child must not use it).
-    pid: u32,
 }
 
 /// Time limits of one lookup.
@@ -44,12 +45,21 @@ pub(crate) struct Timeouts {
     pub command: Duration,
 }
 
+/// A lookup that found no master.
+pub(crate) struct LookupError {
+    /// An error met on a master a sentinel named, if any (it is what the
+    /// operator can act on), else the last one.
+    pub error: RedisError,
+    /// True when no sentinel named any address: they could not be reached,
+    /// did not answer, or do not know the master. The caller may then go on
+    /// with the master it knows; not when a sentinel named a server that
+    /// failed the check, which may be a new master after a failover.
+    pub no_answer: bool,
+}
+
 impl Resolver {
     /// A resolver asking `sentinels`, in this order at first.
     pub(crate) fn new(sentinels: Vec<ConnectionInfo>) -> Self {
-        // Without `CLIENT SETINFO` on connect: the redis crate waits for each
-        // of its two replies up to the connect timeout, so a sentinel that
-        // accepts connections but never answers would cost twice that.
         let sentinels = sentinels
             .into_iter()
             .map(|info| {
@@ -61,39 +71,34 @@ impl Resolver {
             sentinels,
             conn: None,
             confirmed: None,
-            pid: current_pid(),
         }
     }
 
     /// The address of master `name`, from the first sentinel that knows it.
     ///
     /// `open_master` opens a connection to an address a sentinel gave, for
-    /// the `ROLE` check; it is called only when the address is not the one
-    /// confirmed last, or when `recheck` is set (the caller saw an error that
-    /// suggests the master changed).
+    /// the `ROLE` check; it is called for an address `ROLE` has not
+    /// confirmed yet, and for any address when `recheck` is set (the caller
+    /// saw an error that suggests the master changed). An address that fails
+    /// the check is not checked again in the same lookup, whichever sentinel
+    /// names it.
     ///
     /// A sentinel that cannot be reached, does not answer in time, does not
     /// know the master or names a server that is not a master is skipped.
-    /// When none helps, the error returned is one met on a master a sentinel
-    /// named, if any (it is what the operator can act on), else the last one.
     pub(crate) fn master_address(
         &mut self,
         name: &str,
         recheck: bool,
         limits: &Timeouts,
         open_master: impl Fn(&str, u16) -> RedisResult<redis::Connection>,
-    ) -> RedisResult<(String, u16)> {
-        if self.pid != current_pid() {
-            // Forked: the socket belongs to the parent. Forget, never close.
-            std::mem::forget(self.conn.take());
-            self.pid = current_pid();
-        }
+    ) -> Result<(String, u16), LookupError> {
         let mut master_err = None;
         let mut last_err = None;
+        let mut failed: Vec<(String, u16)> = Vec::new();
         for i in 0..self.sentinels.len() {
-            let addr = match self.ask(i, name, limits) {
-                Ok(Some(addr)) => addr,
-                Ok(None) => {
+            let (addr, conn) = match self.ask(i, name, limits) {
+                Ok((Some(addr), conn)) => (addr, conn),
+                Ok((None, _)) => {
                     last_err = Some(RedisError::from((
                         redis::ErrorKind::MasterNameNotFoundBySentinel,
                         "a sentinel does not know the master",
@@ -106,34 +111,40 @@ impl Resolver {
                     continue;
                 }
             };
+            if failed.contains(&addr) {
+                continue;
+            }
             if recheck || self.confirmed.as_ref() != Some(&addr) {
                 if let Err(e) = check_role(&open_master, &addr) {
+                    failed.push(addr);
                     master_err = Some(e);
                     continue;
                 }
                 self.confirmed = Some(addr.clone());
             }
-            if i > 0 {
-                // The guidelines: the sentinel that answered goes first.
-                let answered = self.sentinels.remove(i);
-                self.sentinels.insert(0, answered);
-            }
+            // The guidelines: the sentinel that answered goes first, and we
+            // keep its connection for next time.
+            let answered = self.sentinels.remove(i);
+            self.sentinels.insert(0, answered);
+            self.conn = Some(conn);
             return Ok(addr);
         }
-        Err(master_err.or(last_err).unwrap_or_else(|| {
+        let no_answer = master_err.is_none() && failed.is_empty();
+        let error = master_err.or(last_err).unwrap_or_else(|| {
             RedisError::from((redis::ErrorKind::EmptySentinelList, "no sentinel given"))
-        }))
+        });
+        Err(LookupError { error, no_answer })
     }
 
     /// Asks sentinel `i` for the master's address (`None`: it does not know
-    /// the master). Keeps the connection when `i` is 0, the sentinel asked
-    /// first next time too if it answers.
+    /// the master), with the connection used. Sentinel 0 is asked on the
+    /// kept connection, if there is one.
     fn ask(
         &mut self,
         i: usize,
         name: &str,
         limits: &Timeouts,
-    ) -> RedisResult<Option<(String, u16)>> {
+    ) -> RedisResult<(Option<(String, u16)>, redis::Connection)> {
         let mut cmd = redis::cmd("SENTINEL");
         cmd.arg("GET-MASTER-ADDR-BY-NAME").arg(name);
         let kept = if i == 0 { self.conn.take() } else { None };
@@ -142,7 +153,7 @@ impl Resolver {
             Some(conn) => conn,
             None => open(&self.sentinels[i], limits)?,
         };
-        let reply: Option<(String, u16)> = match cmd.query(&mut conn) {
+        let reply = match cmd.query(&mut conn) {
             Ok(reply) => reply,
             // A kept connection the sentinel closed meanwhile: one new try.
             Err(e)
@@ -153,13 +164,14 @@ impl Resolver {
             }
             Err(e) => return Err(e),
         };
-        // Kept for next time: this sentinel will be first in the list.
-        self.conn = Some(conn);
-        Ok(reply)
+        Ok((reply, conn))
     }
 }
 
-/// A connection to a sentinel, with the timeouts set.
+/// A connection to a sentinel, with the timeouts set. It sends nothing on
+/// connect unless the sentinels need a password (`CLIENT SETINFO` is
+/// skipped, see [`Resolver::new`]): the redis crate waits for each reply of
+/// its connection handshake up to the whole connect timeout.
 fn open(info: &ConnectionInfo, limits: &Timeouts) -> RedisResult<redis::Connection> {
     let conn = redis::Client::open(info.clone())?.get_connection_with_timeout(limits.connect)?;
     conn.set_read_timeout(Some(limits.command))?;
@@ -167,13 +179,19 @@ fn open(info: &ConnectionInfo, limits: &Timeouts) -> RedisResult<redis::Connecti
     Ok(conn)
 }
 
-/// Errors unless the server at `addr` says `ROLE` master.
+/// Errors unless the server at `addr` says `ROLE` master. A server that
+/// refuses `ROLE` (an ACL without `@dangerous`, a proxy without the
+/// command) is taken at the sentinel's word.
 fn check_role(
     open_master: &impl Fn(&str, u16) -> RedisResult<redis::Connection>,
     addr: &(String, u16),
 ) -> RedisResult<()> {
     let mut conn = open_master(&addr.0, addr.1)?;
-    let role: Vec<Value> = redis::cmd("ROLE").query(&mut conn)?;
+    let role: Vec<Value> = match redis::cmd("ROLE").query(&mut conn) {
+        Ok(role) => role,
+        Err(e) if matches!(e.code(), Some("NOPERM" | "ERR")) => return Ok(()),
+        Err(e) => return Err(e),
+    };
     match role.first() {
         Some(Value::BulkString(r)) if r.as_slice() == b"master" => Ok(()),
         _ => Err(RedisError::from((
