@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import subprocess
 import sys
 import threading
@@ -353,7 +354,6 @@ def sentinel_stopped(setup: SentinelSetup, url_with_timeouts: str):
     """A client whose first-asked sentinel has just been stopped (SIGSTOP):
     its next lookup waits for one `timeout` on that sentinel."""
     import contextlib
-    import signal
 
     @contextlib.contextmanager
     def stopped():
@@ -427,3 +427,24 @@ def test_fork_does_not_wait_for_a_sentinel_lookup():
             looking.join()
             assert os.waitstatus_to_exitcode(status) == 0, "the child could lock"
             assert forked_in < 1.5, f"fork() waited {forked_in:.1f} s for the lookup"
+
+
+def test_with_every_sentinel_stopped_the_known_master_is_kept():
+    with SentinelSetup(down_after_ms=5000) as setup:
+        url = setup.url + "?connect_timeout=0.5&timeout=0.5"
+        lock = Lock("no-sentinels", url=url, auto_renew=False)
+        assert lock.acquire(blocking=False)
+        lock.release()
+        for s in setup.sentinels:
+            s.proc.send_signal(signal.SIGSTOP)
+        try:
+            done = 0
+            end = time.monotonic() + 3  # the master wants confirming: each lookup fails
+            while time.monotonic() < end:
+                assert lock.acquire(blocking=False)
+                lock.release()
+                done += 1
+            assert done > 100
+        finally:
+            for s in setup.sentinels:
+                s.proc.send_signal(signal.SIGCONT)

@@ -456,7 +456,7 @@ impl Client {
         let ctx = self.inner.config.redacted_url();
         let no_view = || Error::new(ErrorKind::Config, format!("{ctx}: not a sentinel URL"));
         let mut idle = self.idle();
-        let (resolver, suspicions, recheck) = loop {
+        let (resolver, suspicions, recheck, known) = loop {
             let view = idle.sentinel.as_mut().ok_or_else(no_view)?;
             let now = Instant::now();
             let suspect = view.suspicions != view.checked;
@@ -468,7 +468,16 @@ impl Client {
                 _ => {}
             }
             if let Some(resolver) = view.resolver.take() {
-                break (resolver, view.suspicions, suspect || view.master.is_none());
+                let known = view
+                    .master
+                    .as_ref()
+                    .and_then(|(c, _)| tcp_addr(c.get_connection_info()));
+                break (
+                    resolver,
+                    view.suspicions,
+                    suspect || view.master.is_none(),
+                    known,
+                );
             }
             let seen = view.lookups;
             idle = self
@@ -488,14 +497,16 @@ impl Client {
             client: self,
             resolver: Some(resolver),
         };
-        let found = lookup.run(recheck);
-        let resolver = lookup.resolver.take();
+        let found = lookup.run(known.as_ref(), recheck);
+        // (`lookup` is dropped after this guard, and then wakes the waiters.)
         let mut idle = self.idle();
-        let view = idle.sentinel.as_mut().ok_or_else(no_view)?;
-        view.resolver = resolver;
+        let Some(view) = idle.sentinel.as_mut() else {
+            return Err(no_view());
+        };
+        view.resolver = lookup.resolver.take();
         view.lookups += 1;
         let now = Instant::now();
-        let outcome = match found {
+        match found {
             Ok(client) => {
                 let moved = view.master.as_ref().is_some_and(|(old, _)| {
                     old.get_connection_info().addr() != client.get_connection_info().addr()
@@ -520,12 +531,24 @@ impl Client {
                 }
                 Ok(client)
             }
-            Err(LookupError { error, no_answer }) => match view.master.as_mut() {
-                // No sentinel answered: keep the master we know rather than fail.
+            Err(LookupError {
+                error,
+                no_answer,
+                known_confirmed,
+            }) => match view.master.as_mut() {
+                // No sentinel answered: keep the master we know rather than
+                // fail (it passed ROLE if it was suspect).
                 Some((client, until)) if no_answer => {
+                    if known_confirmed {
+                        view.checked = suspicions;
+                    }
                     view.failures = view.failures.saturating_add(1);
                     let backoff = MASTER_RECHECK.saturating_mul(1 << view.failures.min(5));
-                    *until = now + backoff.min(MASTER_TRUST_MAX);
+                    *until = if view.suspicions == suspicions {
+                        now + backoff.min(MASTER_TRUST_MAX)
+                    } else {
+                        now
+                    };
                     view.last_error = None;
                     Ok(client.clone())
                 }
@@ -535,10 +558,7 @@ impl Client {
                     Err(e)
                 }
             },
-        };
-        drop(idle);
-        self.inner.looked_up.notify_all();
-        outcome
+        }
     }
 
     /// A connection for a subscription, to the node that serves `key` (the
@@ -606,16 +626,7 @@ impl Client {
     fn subscription_node(&self, key: &[u8]) -> Result<Option<(String, u16)>> {
         Ok(match &self.inner.backend {
             Backend::Single(_) => None,
-            Backend::Sentinel => {
-                let master = self.master_client()?;
-                match master.get_connection_info().addr() {
-                    redis::ConnectionAddr::Tcp(host, port)
-                    | redis::ConnectionAddr::TcpTls { host, port, .. } => {
-                        Some((host.clone(), *port))
-                    }
-                    _ => None,
-                }
-            }
+            Backend::Sentinel => tcp_addr(self.master_client()?.get_connection_info()),
             Backend::Cluster(_) => Some(self.node_for(key)?),
         })
     }
@@ -677,8 +688,9 @@ impl Client {
 }
 
 /// A Sentinel lookup under way: the resolver taken out of the pool (see
-/// [`Client::master_client`]). Should the lookup panic, dropping this puts a
-/// fresh resolver back and wakes the threads waiting for the answer.
+/// [`Client::master_client`]). Dropping it wakes the threads waiting for the
+/// answer; should the resolver not have been handed back (a panic), it puts
+/// a fresh one in its place first.
 struct Lookup<'a> {
     client: &'a Client,
     resolver: Option<Resolver>,
@@ -686,7 +698,11 @@ struct Lookup<'a> {
 
 impl Lookup<'_> {
     /// Asks the sentinels; the client of the master found.
-    fn run(&mut self, recheck: bool) -> std::result::Result<redis::Client, LookupError> {
+    fn run(
+        &mut self,
+        known: Option<&(String, u16)>,
+        recheck: bool,
+    ) -> std::result::Result<redis::Client, LookupError> {
         let client = self.client;
         let cfg = &client.inner.config;
         let Target::Sentinel {
@@ -705,33 +721,34 @@ impl Lookup<'_> {
         let Some(resolver) = self.resolver.as_mut() else {
             unreachable!("the resolver is taken back only after run")
         };
-        let (host, port) = resolver.master_address(master, recheck, &limits, |host, port| {
-            // The ROLE check's connection: without CLIENT SETINFO, whose
-            // replies the redis crate would each wait for up to the connect
-            // timeout on a master that hangs.
-            let settings = node.clone().set_skip_set_lib_name();
-            let info = node_info(host, port, &settings, *tls)?;
-            client.open_plain(&single_client(&info, cfg)?)
-        })?;
+        let (host, port) =
+            resolver.master_address(master, known, recheck, &limits, |host, port| {
+                // The ROLE check's connection: without CLIENT SETINFO, whose
+                // replies the redis crate would each wait for up to the connect
+                // timeout on a master that hangs.
+                let settings = node.clone().set_skip_set_lib_name();
+                let info = node_info(host, port, &settings, *tls)?;
+                client.open_plain(&single_client(&info, cfg)?)
+            })?;
         master_at(&host, port).map_err(|error| LookupError {
             error,
             no_answer: false,
+            known_confirmed: false,
         })
     }
 }
 
 impl Drop for Lookup<'_> {
     fn drop(&mut self) {
-        if self.resolver.is_none() {
-            return; // handed back by master_client
+        if self.resolver.is_some() {
+            let mut idle = self.client.idle();
+            if let Some(view) = idle.sentinel.as_mut() {
+                view.resolver =
+                    SentinelView::new(&self.client.inner.config).and_then(|v| v.resolver);
+                view.lookups += 1;
+                view.last_error = Some((ErrorKind::Connection, "a Sentinel lookup failed".into()));
+            }
         }
-        let mut idle = self.client.idle();
-        if let Some(view) = idle.sentinel.as_mut() {
-            view.resolver = SentinelView::new(&self.client.inner.config).and_then(|v| v.resolver);
-            view.lookups += 1;
-            view.last_error = Some((ErrorKind::Connection, "a Sentinel lookup failed".into()));
-        }
-        drop(idle);
         self.client.inner.looked_up.notify_all();
     }
 }
@@ -753,6 +770,15 @@ pub(crate) struct Subscriber {
     /// meanwhile: a finished waiter is in no waiter list, so nothing is ever
     /// published to its channel again.
     pub leftover: Option<Vec<u8>>,
+}
+
+/// The host and port of a TCP or TLS connection's address.
+fn tcp_addr(info: &ConnectionInfo) -> Option<(String, u16)> {
+    match info.addr() {
+        redis::ConnectionAddr::Tcp(host, port)
+        | redis::ConnectionAddr::TcpTls { host, port, .. } => Some((host.clone(), *port)),
+        _ => None,
+    }
 }
 
 fn single_client(info: &ConnectionInfo, config: &Config) -> RedisResult<redis::Client> {

@@ -55,6 +55,9 @@ pub(crate) struct LookupError {
     /// with the master it knows; not when a sentinel named a server that
     /// failed the check, which may be a new master after a failover.
     pub no_answer: bool,
+    /// No sentinel answered, but the known master passed the `ROLE` check
+    /// the caller asked for.
+    pub known_confirmed: bool,
 }
 
 impl Resolver {
@@ -85,9 +88,14 @@ impl Resolver {
     ///
     /// A sentinel that cannot be reached, does not answer in time, does not
     /// know the master or names a server that is not a master is skipped.
+    /// Sentinels that could not be asked go to the end of the list.
+    ///
+    /// When no sentinel names any address, `recheck` is set and the caller
+    /// knows a master (`known`), that one gets the `ROLE` check instead.
     pub(crate) fn master_address(
         &mut self,
         name: &str,
+        known: Option<&(String, u16)>,
         recheck: bool,
         limits: &Timeouts,
         open_master: impl Fn(&str, u16) -> RedisResult<redis::Connection>,
@@ -95,6 +103,7 @@ impl Resolver {
         let mut master_err = None;
         let mut last_err = None;
         let mut failed: Vec<(String, u16)> = Vec::new();
+        let mut unreachable = Vec::new();
         for i in 0..self.sentinels.len() {
             let (addr, conn) = match self.ask(i, name, limits) {
                 Ok((Some(addr), conn)) => (addr, conn),
@@ -107,6 +116,7 @@ impl Resolver {
                     continue;
                 }
                 Err(e) => {
+                    unreachable.push(i);
                     last_err = Some(e);
                     continue;
                 }
@@ -114,26 +124,68 @@ impl Resolver {
             if failed.contains(&addr) {
                 continue;
             }
-            if recheck || self.confirmed.as_ref() != Some(&addr) {
-                if let Err(e) = check_role(&open_master, &addr) {
-                    failed.push(addr);
-                    master_err = Some(e);
-                    continue;
-                }
-                self.confirmed = Some(addr.clone());
+            if (recheck || self.confirmed.as_ref() != Some(&addr))
+                && let Err(e) = self.check_role(&open_master, &addr)
+            {
+                failed.push(addr);
+                master_err = Some(e);
+                continue;
             }
             // The guidelines: the sentinel that answered goes first, and we
             // keep its connection for next time.
-            let answered = self.sentinels.remove(i);
-            self.sentinels.insert(0, answered);
+            self.reorder(Some(i), &unreachable);
             self.conn = Some(conn);
             return Ok(addr);
         }
+        self.reorder(None, &unreachable);
         let no_answer = master_err.is_none() && failed.is_empty();
+        let mut known_confirmed = false;
+        if let Some(addr) = known.filter(|_| no_answer && recheck) {
+            if let Err(error) = self.check_role(&open_master, addr) {
+                return Err(LookupError {
+                    error,
+                    no_answer: false,
+                    known_confirmed: false,
+                });
+            }
+            known_confirmed = true;
+        }
         let error = master_err.or(last_err).unwrap_or_else(|| {
             RedisError::from((redis::ErrorKind::EmptySentinelList, "no sentinel given"))
         });
-        Err(LookupError { error, no_answer })
+        Err(LookupError {
+            error,
+            no_answer,
+            known_confirmed,
+        })
+    }
+
+    /// Puts sentinel `answered` first and the `unreachable` ones last,
+    /// keeping the order of the others.
+    fn reorder(&mut self, answered: Option<usize>, unreachable: &[usize]) {
+        if answered.unwrap_or(0) == 0 && unreachable.is_empty() {
+            return;
+        }
+        let rank = |i: usize| match i {
+            _ if Some(i) == answered => 0,
+            _ if unreachable.contains(&i) => 2,
+            _ => 1,
+        };
+        let mut ranked: Vec<(usize, ConnectionInfo)> =
+            self.sentinels.drain(..).enumerate().collect();
+        ranked.sort_by_key(|(i, _)| rank(*i)); // stable: the order within a rank stays
+        self.sentinels = ranked.into_iter().map(|(_, info)| info).collect();
+    }
+
+    /// [`check_role`], remembering the outcome for `addr`.
+    fn check_role(
+        &mut self,
+        open_master: &impl Fn(&str, u16) -> RedisResult<redis::Connection>,
+        addr: &(String, u16),
+    ) -> RedisResult<()> {
+        let checked = check_role(open_master, addr);
+        self.confirmed = checked.is_ok().then(|| addr.clone());
+        checked
     }
 
     /// Asks sentinel `i` for the master's address (`None`: it does not know
@@ -180,8 +232,8 @@ fn open(info: &ConnectionInfo, limits: &Timeouts) -> RedisResult<redis::Connecti
 }
 
 /// Errors unless the server at `addr` says `ROLE` master. A server that
-/// refuses `ROLE` (an ACL without `@dangerous`, a proxy without the
-/// command) is taken at the sentinel's word.
+/// refuses the command itself (an ACL without `@dangerous`: NOPERM; a proxy
+/// without it: ERR unknown command) is taken at the sentinel's word.
 fn check_role(
     open_master: &impl Fn(&str, u16) -> RedisResult<redis::Connection>,
     addr: &(String, u16),
@@ -189,15 +241,54 @@ fn check_role(
     let mut conn = open_master(&addr.0, addr.1)?;
     let role: Vec<Value> = match redis::cmd("ROLE").query(&mut conn) {
         Ok(role) => role,
-        Err(e) if matches!(e.code(), Some("NOPERM" | "ERR")) => return Ok(()),
+        Err(e) if e.code() == Some("NOPERM") => return Ok(()),
+        Err(e) if e.code() == Some("ERR") && e.detail().is_some_and(|d| d.contains("command")) => {
+            return Ok(());
+        }
         Err(e) => return Err(e),
     };
     match role.first() {
         Some(Value::BulkString(r)) if r.as_slice() == b"master" => Ok(()),
+        Some(Value::SimpleString(r)) if r == "master" => Ok(()),
         _ => Err(RedisError::from((
             redis::ErrorKind::MasterNameNotFoundBySentinel,
             "the server a sentinel named is not a master",
             format!("{}:{}", addr.0, addr.1),
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redis::IntoConnectionInfo;
+
+    fn ports(r: &Resolver) -> Vec<u16> {
+        r.sentinels
+            .iter()
+            .map(|i| match i.addr() {
+                redis::ConnectionAddr::Tcp(_, port) => *port,
+                other => panic!("not TCP: {other:?}"),
+            })
+            .collect()
+    }
+
+    fn resolver(ports: &[u16]) -> Resolver {
+        let infos = ports
+            .iter()
+            .map(|p| ("127.0.0.1", *p).into_connection_info().unwrap())
+            .collect();
+        Resolver::new(infos)
+    }
+
+    #[test]
+    fn the_sentinel_that_answered_goes_first_and_unreachable_ones_last() {
+        let mut r = resolver(&[1, 2, 3, 4]);
+        r.reorder(Some(2), &[0]);
+        assert_eq!(ports(&r), [3, 2, 4, 1]);
+        r.reorder(None, &[0, 1]);
+        assert_eq!(ports(&r), [4, 1, 3, 2]);
+        r.reorder(Some(0), &[]);
+        assert_eq!(ports(&r), [4, 1, 3, 2], "nothing to move");
     }
 }
