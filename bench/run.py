@@ -14,7 +14,8 @@ in one run:
    median reported);
 4. release -> waiter wake-up latency, p50/p99;
 5. mixed: 4 Python + 4 PHP ferrolock workers on one lock;
-6. queue: batch enqueue ids/s, single pops/s against the legacy class.
+6. queue: batch enqueue ids/s; single pops/s against the legacy class, from
+   one PHP consumer and from four on one queue (and tasks handed out twice).
 
 Writes bench/results/results.{md,json,png}. Nothing here is a test: the
 machine is shared and noisy; the numbers are what one run of the suite
@@ -234,16 +235,27 @@ def batch_enqueue(url: str, ids: int, batch: int) -> float:
     return ids / (time.perf_counter() - start)
 
 
-def single_pops(url: str, impl: str, seconds: float) -> float:
+def single_pops(url: str, impl: str, seconds: float, consumers: int) -> dict:
+    """`consumers` PHP processes popping one task at a time from one queue,
+    all starting together: total pops/s, and tasks handed out twice."""
     from ferrolock import Queue
 
     name = f"bench-pop-{impl}-{time.monotonic_ns()}"
     q = Queue(name, url=url)
-    for i in range(0, 200_000, 20_000):
+    for i in range(0, 400_000, 20_000):
         q.enqueue([f"t{j}" for j in range(i, i + 20_000)])
-    out = subprocess.run([*PHP, str(HERE / "workers" / "queue_pop.php"), impl, url, name, str(seconds)],
-                         capture_output=True, text=True, check=True).stdout
-    return json.loads(out)["pops_per_s"]
+    start_at = time.monotonic_ns() + int(1.0e9)
+    procs = [subprocess.Popen([*PHP, str(HERE / "workers" / "queue_pop.php"), impl, url, name, str(seconds),
+                               str(start_at)], stdout=subprocess.PIPE, text=True)
+             for _ in range(consumers)]
+    reports = []
+    for p in procs:
+        out, _ = p.communicate(timeout=seconds + 60)
+        if p.returncode != 0:
+            raise RuntimeError(f"pop worker ({impl}) failed")
+        reports.append(json.loads(out))
+    ids = [i for r in reports for i in r["ids"]]
+    return {"pops_per_s": sum(r["pops_per_s"] for r in reports), "twice": len(ids) - len(set(ids))}
 
 
 # ---------------------------------------------------------------- report
@@ -311,11 +323,16 @@ def markdown(res: dict) -> str:
     for n, w in res["wakeup"].items():
         lines.append(f"| {n} | {w['p50_ms']:.3f} | {w['p99_ms']:.3f} |")
     qr = res["queue"]
-    lines += ["", "| queue | rate |", "|---|---:|",
-              f"| batch enqueue (Python, batches of 10 000 ids) | {qr['enqueue_ids_per_s']:,.0f} ids/s |",
-              f"| single pop, ferrolock (PHP) | {qr['pop_ferrolock']:,.0f} pops/s |",
-              f"| single pop, legacy RedisQueue (PHP, lock + ZRANGEBYSCORE + ZREM) | {qr['pop_legacy']:,.0f} pops/s |",
-              f"| ratio | {qr['pop_ferrolock'] / qr['pop_legacy']:.1f}x |"]
+    lines += ["", f"**Queue**: batch enqueue (Python, batches of 10 000 ids): "
+              f"**{qr['enqueue_ids_per_s']:,.0f} ids/s**", "",
+              "Single pops (one task per call) from PHP processes, all on one queue: ferrolock's `RedisQueue` "
+              "(one script), the legacy class (queue lock + ZRANGEBYSCORE + ZREM + unlock).", "",
+              "| consumers | ferrolock pops/s | legacy pops/s | ratio | tasks handed out twice (ferrolock / legacy) |",
+              "|---:|---:|---:|---:|---:|"]
+    for n in (1, 4):
+        f, g = qr[f"pop_ferrolock_{n}"], qr[f"pop_legacy_{n}"]
+        lines.append(f"| {n} | {f['pops_per_s']:,.0f} | {g['pops_per_s']:,.0f} | "
+                     f"{f['pops_per_s'] / g['pops_per_s']:.1f}x | {f['twice']} / {g['twice']} |")
     return "\n".join(lines) + "\n"
 
 
@@ -402,9 +419,10 @@ def main() -> int:
         print("6. queue ...", flush=True)
         res["queue"] = {
             "enqueue_ids_per_s": batch_enqueue(url, 200_000, 10_000),
-            "pop_ferrolock": single_pops(url, "ferrolock", args.seconds),
-            "pop_legacy": single_pops(url, "legacy", args.seconds),
         }
+        for consumers in (1, 4):
+            for impl in ("ferrolock", "legacy"):
+                res["queue"][f"pop_{impl}_{consumers}"] = single_pops(url, impl, args.seconds, consumers)
         print(f"   {res['queue']}", flush=True)
     finally:
         server.close()

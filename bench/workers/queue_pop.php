@@ -1,17 +1,28 @@
 <?php
-/** Single pops per second from PHP. Usage: queue_pop.php ferrolock|legacy <url> <queue> <seconds> */
+/**
+ * Pops one task at a time from PHP, for <seconds> from <start_at_ns> (hrtime;
+ * 0: now), and prints the rate and the ids it got, so that the bench can
+ * count tasks handed to two consumers.
+ * Usage: queue_pop.php ferrolock|legacy <url> <queue> <seconds> [<start_at_ns>]
+ */
 require __DIR__ . '/../../tests/php/legacy/LegacyRedis.php';
 [, $impl, $url, $name, $seconds] = $argv;
+$startAt = (int) ($argv[5] ?? 0);
 putenv("REDIS_URL=$url");
 $q = $impl === 'legacy' ? new LegacyRedisQueue() : new RedisQueue($url);
-$n = 0;
+while (hrtime(true) < $startAt) {
+    usleep(200);
+}
+$ids = [];
 $start = hrtime(true);
 $end = $start + (int) ((float) $seconds * 1e9);
 while (hrtime(true) < $end) {
-    if ($q->pop($name) === false) {
-        fwrite(STDERR, "queue ran dry\n");
+    $task = $q->pop($name);
+    if ($task === false) {
+        fwrite(STDERR, "queue ran dry, or its lock timed out\n");
         exit(1);
     }
-    $n++;
+    $ids[] = $task['id'];
 }
-echo json_encode(['pops_per_s' => $n / ((hrtime(true) - $start) / 1e9)]), "\n";
+$elapsed = (hrtime(true) - $start) / 1e9;
+echo json_encode(['pops_per_s' => count($ids) / $elapsed, 'ids' => $ids]), "\n";
