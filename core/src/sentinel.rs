@@ -125,7 +125,7 @@ impl Resolver {
                 continue;
             }
             if (recheck || self.confirmed.as_ref() != Some(&addr))
-                && let Err(e) = self.check_role(&open_master, &addr)
+                && let Err(e) = self.confirm(&open_master, &addr)
             {
                 failed.push(addr);
                 master_err = Some(e);
@@ -141,7 +141,7 @@ impl Resolver {
         let no_answer = master_err.is_none() && failed.is_empty();
         let mut known_confirmed = false;
         if let Some(addr) = known.filter(|_| no_answer && recheck) {
-            if let Err(error) = self.check_role(&open_master, addr) {
+            if let Err(error) = self.confirm(&open_master, addr) {
                 return Err(LookupError {
                     error,
                     no_answer: false,
@@ -177,8 +177,8 @@ impl Resolver {
         self.sentinels = ranked.into_iter().map(|(_, info)| info).collect();
     }
 
-    /// [`check_role`], remembering the outcome for `addr`.
-    fn check_role(
+    /// [`check_role`], remembering whether `addr` passed it.
+    fn confirm(
         &mut self,
         open_master: &impl Fn(&str, u16) -> RedisResult<redis::Connection>,
         addr: &(String, u16),
