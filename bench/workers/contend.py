@@ -25,7 +25,7 @@ raw = redis.Redis.from_url(url)
 if impl.startswith("ferrolock"):
     from ferrolock import Lock
 
-    lock = Lock(name, ttl=30, fair=impl.endswith("fair"), auto_renew=False)
+    lock = Lock(name, ttl=30, fair=impl.endswith("fair"))  # watchdog on, the default
     acquire, release = (lambda: lock.acquire(timeout=120)), lock.release
 elif impl == "redis-py":
     lock = raw.lock("Lock:" + name, timeout=30, blocking_timeout=120)

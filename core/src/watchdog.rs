@@ -103,6 +103,19 @@ struct State {
     pid: u32,
     entries: Vec<Entry>,
     running: bool,
+    /// When the thread, waiting on `wake`, will look at the entries again by
+    /// itself; `None` while it is working (it then reads them before it
+    /// waits). A lease due no earlier needs no wake-up: a loop of
+    /// acquire+release would otherwise switch to the watchdog thread and back
+    /// on every acquire (about 3 % of an uncontended pair here).
+    wakes_at: Option<Instant>,
+}
+
+impl State {
+    /// Whether the thread must be woken to notice a lease due at `due`.
+    fn must_wake_for(&self, due: Instant) -> bool {
+        self.wakes_at.is_some_and(|at| due < at)
+    }
 }
 
 struct Watchdog {
@@ -117,6 +130,7 @@ fn watchdog() -> &'static Watchdog {
             pid: crate::fork::current_pid(),
             entries: Vec::new(),
             running: false,
+            wakes_at: None,
         }),
         wake: Condvar::new(),
     })
@@ -129,6 +143,7 @@ fn state() -> std::sync::MutexGuard<'static, State> {
         // Forked child: the parent's leases and thread are not ours.
         std::mem::forget(std::mem::take(&mut st.entries));
         st.running = false;
+        st.wakes_at = None;
         st.pid = pid;
     }
     st
@@ -154,12 +169,10 @@ pub(crate) fn release_after_fork() {
 
 /// Starts keeping `lease` alive (first renewal after ttl/3).
 pub(crate) fn register(lease: Arc<Lease>) {
-    let now = Instant::now();
+    let due = Instant::now() + lease.ttl() / 3;
     let mut st = state();
-    st.entries.push(Entry {
-        due: now + lease.ttl() / 3,
-        lease,
-    });
+    st.entries.push(Entry { due, lease });
+    let wake = st.must_wake_for(due);
     if !st.running {
         st.running = true;
         let spawned = std::thread::Builder::new()
@@ -170,7 +183,9 @@ pub(crate) fn register(lease: Arc<Lease>) {
         }
     }
     drop(st);
-    watchdog().wake.notify_all();
+    if wake {
+        watchdog().wake.notify_all();
+    }
 }
 
 /// An explicit extend to `ttl`, sent at `sent`, succeeded: renewals now use
@@ -182,12 +197,16 @@ pub(crate) fn extended(lease: &Arc<Lease>, sent: Instant, ttl: Duration) {
     lease
         .valid_until
         .store(since_epoch(sent + ttl), Ordering::Release);
+    let due = Instant::now() + ttl / 3;
     let mut st = state();
     if let Some(entry) = st.entries.iter_mut().find(|e| Arc::ptr_eq(&e.lease, lease)) {
-        entry.due = Instant::now() + ttl / 3;
+        entry.due = due;
     }
+    let wake = st.must_wake_for(due);
     drop(st);
-    watchdog().wake.notify_all();
+    if wake {
+        watchdog().wake.notify_all();
+    }
 }
 
 /// Stops renewing `lease` (the lock was released).
@@ -207,22 +226,19 @@ fn run() {
         }
         st.entries
             .retain(|e| e.lease.active.load(Ordering::Acquire));
-        let Some(earliest) = st.entries.iter().map(|e| e.due).min() else {
-            // Nothing to renew: park until a lock registers.
-            st = w
-                .wake
-                .wait_timeout(st, Duration::from_secs(60))
-                .map(|(g, _)| g)
-                .unwrap_or_else(|p| p.into_inner().0);
-            continue;
-        };
         let now = Instant::now();
-        if earliest > now {
+        // Sleep until the earliest renewal is due, or a minute when none is
+        // (a lease registered meanwhile wakes us if it is due sooner).
+        let earliest = st.entries.iter().map(|e| e.due).min();
+        let until = earliest.unwrap_or(now + Duration::from_secs(60));
+        if earliest.is_none_or(|due| due > now) {
+            st.wakes_at = Some(until);
             st = w
                 .wake
-                .wait_timeout(st, earliest - now)
+                .wait_timeout(st, until.saturating_duration_since(now))
                 .map(|(g, _)| g)
                 .unwrap_or_else(|p| p.into_inner().0);
+            st.wakes_at = None;
             continue;
         }
         // Everything due soon, grouped by client (one round trip each).

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 from ferrolock import Lock, LockLostError
 from tests.support.resp import Monitor
@@ -125,6 +126,38 @@ def test_watchdog_keeps_the_lock_past_3x_ttl_and_reports_loss(url, r, name):
         raise AssertionError("expected LockLostError")
     except LockLostError:
         pass
+
+
+def test_watchdog_wakes_early_for_a_shorter_lease(url, name):
+    # The watchdog thread sleeps until the first renewal is due (here ~10 s
+    # away); a lock with a shorter TTL registered meanwhile must wake it.
+    with Lock(f"{name}-long", ttl=30):
+        time.sleep(0.1)
+        with Lock(name, ttl=0.3) as short:
+            time.sleep(1.2)
+            assert short.owned() and not short.lost
+
+
+def watchdog_switches() -> int:
+    """Voluntary context switches of this process's watchdog thread (Linux)."""
+    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+        status = (task / "status").read_text()
+        if status.startswith("Name:\tferrolock-watch"):
+            return int(status.split("voluntary_ctxt_switches:")[1].split()[0])
+    raise AssertionError("no watchdog thread")
+
+
+def test_acquire_release_does_not_wake_the_watchdog_each_time(url, name):
+    lock = Lock(name, ttl=30)  # auto_renew is the default
+    with lock:
+        pass  # the thread exists, and sleeps until a renewal is due
+    before = watchdog_switches()
+    for _ in range(300):
+        with lock:
+            pass
+    # Once per renewal due at most: none in this short loop (a little slack
+    # for leases of earlier tests falling due meanwhile).
+    assert watchdog_switches() - before < 10
 
 
 def test_a_waiter_does_not_poll_redis(url, redis_server, name):
