@@ -311,6 +311,9 @@ impl Client {
         context: &str,
         mut op: impl FnMut(&mut Conn) -> RedisResult<T>,
     ) -> Result<T> {
+        // A signal must not cut a round trip short: Redis would have run the
+        // command, and its reply would be lost (see `signals.rs`).
+        let _signals = crate::signals::Deferred::new();
         let (mut conn, reused, epoch) = self.checkout().map_err(|e| e.context(context))?;
         match op(&mut conn) {
             Ok(v) => {
@@ -569,16 +572,22 @@ impl Client {
     /// next user altogether ([`Subscriber::leftover`]). They have a pool of
     /// their own and never carry ordinary commands.
     /// Return it with [`Client::checkin_subscriber`].
-    pub(crate) fn checkout_subscriber(&self, key: &[u8]) -> Result<Subscriber> {
+    pub(crate) fn checkout_subscriber(&self, key: &[u8], pooled: Pooled) -> Result<Subscriber> {
         let ctx = self.inner.config.redacted_url();
         let node = self.subscription_node(key)?;
-        if let Some((conn, leftover)) = self.idle().subscribers.get_mut(&node).and_then(Vec::pop) {
+        let mut idle = self.idle();
+        if pooled == Pooled::Discard {
+            // Closed with the one that just failed, most likely.
+            idle.subscribers.remove(&node);
+        } else if let Some((conn, leftover)) = idle.subscribers.get_mut(&node).and_then(Vec::pop) {
             return Ok(Subscriber {
                 conn,
                 node,
                 leftover,
+                reused: true,
             });
         }
+        drop(idle);
         let client = match (&self.inner.backend, &node) {
             (Backend::Single(_) | Backend::Sentinel, _) => {
                 let client = match &self.inner.backend {
@@ -616,6 +625,7 @@ impl Client {
             conn,
             node,
             leftover: None,
+            reused: false,
         })
     }
 
@@ -651,6 +661,11 @@ impl Client {
         if list.len() < MAX_IDLE {
             list.push((sub.conn, sub.leftover));
         }
+    }
+
+    /// The server's URL with any password masked, for messages.
+    pub(crate) fn redacted_url(&self) -> &str {
+        self.inner.config.redacted_url()
     }
 
     /// The time allowed for one command (subscription replies included).
@@ -770,6 +785,17 @@ pub(crate) struct Subscriber {
     /// meanwhile: a finished waiter is in no waiter list, so nothing is ever
     /// published to its channel again.
     pub leftover: Option<Vec<u8>>,
+    /// Taken from the pool (the server may have closed it since).
+    pub reused: bool,
+}
+
+/// What [`Client::checkout_subscriber`] does with idle subscriber connections.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pooled {
+    /// Reuse one if there is one.
+    Reuse,
+    /// Drop them all and open a new one: one of them was found closed.
+    Discard,
 }
 
 /// The host and port of a TCP or TLS connection's address.
@@ -822,7 +848,7 @@ fn parse_cluster_slots(raw: &[redis::Value]) -> SlotMap {
 }
 
 /// A reused connection that fails like this was closed while idle.
-fn is_stale(e: &redis::RedisError) -> bool {
+pub(crate) fn is_stale(e: &redis::RedisError) -> bool {
     e.is_connection_dropped() || e.is_connection_refusal()
 }
 

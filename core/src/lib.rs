@@ -38,6 +38,7 @@ mod queue;
 mod redlock;
 mod scripts;
 mod sentinel;
+mod signals;
 pub mod validate;
 pub mod wait;
 mod watchdog;

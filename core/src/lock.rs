@@ -207,6 +207,7 @@ impl Lock {
                     deadline: wait.deadline(),
                     recheck,
                     interrupt,
+                    label: &self.label,
                 };
                 let waiter = LockWaiter {
                     lock: self,

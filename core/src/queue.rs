@@ -261,6 +261,7 @@ impl Queue {
             deadline,
             recheck: self.opts.recheck,
             interrupt,
+            label: &self.label,
         };
         let waiter = wait::WakeOnly {
             attempt: |waiter: &str| {

@@ -254,9 +254,8 @@ impl Redlock {
                 if replies[i].is_err() {
                     return Err(Error::new(ErrorKind::Connection, "did not answer"));
                 }
-                let mut sub = c.checkout_subscriber(&self.keys.lock)?;
-                wait::subscribe(&mut sub, &channel, c.command_timeout())?;
-                Ok(sub)
+                let context = format!("{}: waiting on {}", self.label, c.redacted_url());
+                wait::subscribed(c, &self.keys.lock, &channel, &context)
             })
             .into_iter()
             .map(|r| {
@@ -523,7 +522,7 @@ impl Waiter {
         let watched = interrupt.map(|check| move || check().inspect_err(|_| stopped.set(true)));
         let hook: Option<Interrupt<'_>> = watched.as_ref().map(|h| h as _);
         let heard = match slot.as_mut() {
-            Some(s) => wait::listen(&mut s.sub.conn, &self.channel, pause, hook),
+            Some(s) => wait::listen(&mut s.sub.conn, &self.channel, pause, hook, "waiting"),
             None => Ok(None),
         };
         match heard {

@@ -37,7 +37,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::client::{Client, Subscriber};
+use crate::client::{Client, Pooled, Subscriber, is_stale};
 use crate::error::{Error, ErrorKind, Result};
 
 /// Default longest interval between two re-checks of a waiting caller.
@@ -91,6 +91,8 @@ pub(crate) struct WaitSpec<'a> {
     pub recheck: Duration,
     /// Consulted every [`INTERRUPT_SLICE`] while waiting.
     pub interrupt: Option<Interrupt<'a>>,
+    /// What waits (`lock "name"`), for error messages.
+    pub label: &'a str,
 }
 
 /// What an attempt concluded.
@@ -168,13 +170,17 @@ pub(crate) fn wait_loop<W: Waiting>(
     spec: WaitSpec<'_>,
     w: &W,
 ) -> Result<Option<W::Output>> {
+    let context = format!("{}: waiting on {}", spec.label, client.redacted_url());
+    let spec = WaitSpec {
+        label: &context,
+        ..spec
+    };
     loop {
         let waiter_id = crate::new_token();
         let mut channel = channel_prefix.to_vec();
         channel.extend_from_slice(waiter_id.as_bytes());
-        let mut sub: Subscriber = client.checkout_subscriber(node_key)?;
-        let outcome = subscribe(&mut sub, &channel, client.command_timeout())
-            .and_then(|()| run(client, &mut sub, node_key, &channel, spec, &waiter_id, w));
+        let mut sub = subscribed(client, node_key, &channel, &context)?;
+        let outcome = run(client, &mut sub, node_key, &channel, spec, &waiter_id, w);
         let outcome = match outcome {
             Ok(Step::Done(v)) => {
                 // Success: our registration is gone (the script that granted
@@ -219,13 +225,40 @@ enum Step<T> {
     Resubscribe,
 }
 
+/// A connection of `client` subscribed to `channel`, on the node serving
+/// `node_key`. A pooled connection that the server has closed since (a
+/// restart, its `timeout` setting, a proxy's idle cut) fails on first use: it
+/// is replaced by a new one, as `Client::run` does for commands, and the other
+/// idle ones of that node are dropped. `context` prefixes error messages.
+pub(crate) fn subscribed(
+    client: &Client,
+    node_key: &[u8],
+    channel: &[u8],
+    context: &str,
+) -> Result<Subscriber> {
+    let _signals = crate::signals::Deferred::new();
+    let timeout = client.command_timeout();
+    let mut sub = client
+        .checkout_subscriber(node_key, Pooled::Reuse)
+        .map_err(|e| e.context(context))?;
+    match subscribe(&mut sub, channel, timeout) {
+        Ok(()) => return Ok(sub),
+        Err(e) if sub.reused && is_stale(&e) => {}
+        Err(e) => return Err(Error::from_redis(context, e)),
+    }
+    let mut sub = client
+        .checkout_subscriber(node_key, Pooled::Discard)
+        .map_err(|e| e.context(context))?;
+    subscribe(&mut sub, channel, timeout).map_err(|e| Error::from_redis(context, e))?;
+    Ok(sub)
+}
+
 /// SUBSCRIBE (in the same write as the UNSUBSCRIBE of a leftover channel),
 /// then wait for its confirmation (push frames of earlier, finished waits on
 /// this connection are skipped).
-pub(crate) fn subscribe(sub: &mut Subscriber, channel: &[u8], timeout: Duration) -> Result<()> {
-    let fail = |e| Error::from_redis("subscribing", e);
+fn subscribe(sub: &mut Subscriber, channel: &[u8], timeout: Duration) -> redis::RedisResult<()> {
     let conn = &mut sub.conn;
-    conn.set_read_timeout(Some(timeout)).map_err(fail)?;
+    conn.set_read_timeout(Some(timeout))?;
     let mut packed = Vec::new();
     if let Some(old) = sub.leftover.take() {
         redis::cmd("UNSUBSCRIBE")
@@ -235,12 +268,12 @@ pub(crate) fn subscribe(sub: &mut Subscriber, channel: &[u8], timeout: Duration)
     redis::cmd("SUBSCRIBE")
         .arg(channel)
         .write_packed_command(&mut packed);
-    conn.send_packed_command(&packed).map_err(fail)?;
+    conn.send_packed_command(&packed)?;
     loop {
         if let redis::Value::Push {
             kind: redis::PushKind::Subscribe,
             data,
-        } = conn.recv_response().map_err(fail)?
+        } = conn.recv_response()?
             && matches!(data.first(), Some(redis::Value::BulkString(c)) if c == channel)
         {
             return Ok(());
@@ -281,7 +314,7 @@ fn run<W: Waiting>(
             }
             pause = pause.min(left);
         }
-        if let Some(message) = listen(&mut sub.conn, channel, pause, spec.interrupt)?
+        if let Some(message) = listen(&mut sub.conn, channel, pause, spec.interrupt, spec.label)?
             && let Some(v) = w.granted(&message)
         {
             return Ok(Step::Done(v));
@@ -291,12 +324,14 @@ fn run<W: Waiting>(
 
 /// Waits up to `pause` for a message on `channel`, consulting `interrupt`
 /// every [`INTERRUPT_SLICE`]. Returns the payload, or `None` at the end of the
-/// pause; only the interrupt hook or a broken connection are errors.
+/// pause; only the interrupt hook or a broken connection (its message
+/// prefixed with `context`) are errors.
 pub(crate) fn listen(
     conn: &mut redis::Connection,
     channel: &[u8],
     pause: Duration,
     interrupt: Option<Interrupt<'_>>,
+    context: &str,
 ) -> Result<Option<Vec<u8>>> {
     let until = Instant::now() + pause;
     loop {
@@ -309,7 +344,7 @@ pub(crate) fn listen(
             None => left,
         };
         conn.set_read_timeout(Some(slice.max(Duration::from_millis(1))))
-            .map_err(|e| Error::from_redis("waiting", e))?;
+            .map_err(|e| Error::from_redis(context, e))?;
         match conn.recv_response() {
             Ok(redis::Value::Push {
                 kind: redis::PushKind::Message,
@@ -333,7 +368,7 @@ pub(crate) fn listen(
                     check()?;
                 }
             }
-            Err(e) => return Err(Error::from_redis("waiting", e)),
+            Err(e) => return Err(Error::from_redis(context, e)),
         }
     }
 }

@@ -217,6 +217,7 @@ pub(crate) fn unregister(lease: &Arc<Lease>) {
 }
 
 fn run() {
+    crate::signals::block_in_this_thread();
     let w = watchdog();
     let pid = crate::fork::current_pid();
     let mut st = state();
@@ -260,7 +261,12 @@ fn run() {
             std::thread::scope(|scope| {
                 let handles: Vec<_> = groups
                     .into_iter()
-                    .map(|g| scope.spawn(move || renew_batch(g)))
+                    .map(|g| {
+                        scope.spawn(move || {
+                            crate::signals::block_in_this_thread();
+                            renew_batch(g)
+                        })
+                    })
                     .collect();
                 handles
                     .into_iter()

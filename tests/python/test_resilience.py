@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 
@@ -52,6 +53,57 @@ def test_a_stalled_redis_makes_a_held_lock_lost():
         assert not lock.owned()
         with pytest.raises(LockLostError):
             lock.__exit__(None, None, None)
+
+
+def test_a_signal_during_a_round_trip_neither_fails_the_call_nor_loses_its_effect(url, r, name):
+    # Python installs handlers without SA_RESTART: a signal arriving while a
+    # call waits for its reply interrupts the read (EINTR). Redis has run the
+    # script by then, so failing the call would lose a popped task or leave
+    # the lock held by a token nobody knows.
+    previous = signal.signal(signal.SIGALRM, lambda *_: None)  # a timer, a profiler...
+    try:
+        queue, lock = Queue(name), Lock(name, auto_renew=False)
+        queue.enqueue("a")
+        assert lock.acquire(blocking=False)
+        lock.release()
+        for call in (queue.pop, lambda: lock.acquire(blocking=False)):
+            r("CLIENT", "PAUSE", "400", "WRITE")  # the reply takes 0.4 s
+            signal.setitimer(signal.ITIMER_REAL, 0.1)
+            got = call()
+            assert got is True or getattr(got, "id", None) == "a", got
+        assert lock.owned()
+        lock.release()
+        assert queue.pop() is None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_a_wait_on_a_subscriber_connection_the_server_closed_reconnects():
+    with RedisServer() as server, server.client() as r:
+        lock, queue = Lock("sub", url=server.url), Queue("sub", url=server.url)
+        r("SET", "Lock:sub", "other", "EX", "60")
+        assert lock.acquire(timeout=0.2) is False  # its subscriber connection is pooled
+        assert queue.reserve(wait=0.2) is None
+        r("CLIENT", "KILL", "SKIPME", "yes")  # a restart, `timeout`, a proxy's idle cut
+        r("SET", "Lock:sub", "other", "PX", "300")
+        assert lock.acquire(timeout=5) is True
+        lock.release()
+        threading.Timer(0.3, lambda: server.cmd("ZADD", "Queue:sub", "1", "t")).start()
+        r("CLIENT", "KILL", "SKIPME", "yes")
+        task = queue.reserve(wait=5)
+        assert task is not None and task.id == "t"
+
+
+def test_a_server_lost_mid_wait_names_the_lock_and_the_server():
+    with RedisServer() as server:
+        server.cmd("SET", "Lock:mid-wait", "other", "EX", "60")
+        lock = Lock("mid-wait", url=server.url)
+        threading.Timer(0.3, server.stop).start()
+        with pytest.raises(ferrolock.ConnectionError) as caught:
+            lock.acquire(timeout=10)
+        message = str(caught.value)
+        assert 'lock "mid-wait"' in message and f"waiting on {server.url}" in message, message
 
 
 def test_password_and_wrong_password():
