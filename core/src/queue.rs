@@ -299,12 +299,17 @@ impl Queue {
             .run(&self.label, |c| call.query::<i64>(c.like()).map(drop))
     }
 
-    /// The first `count` due tasks, read only.
+    /// The first `count` due tasks: the ones [`Queue::pop`] would take, left
+    /// in place (expired reservations are given back first, as pop does).
     pub fn top(&self, count: usize) -> Result<Vec<Task>> {
         if count == 0 {
             return Err(Error::invalid("count must be >= 1, got 0"));
         }
-        let call = QUEUE_TOP.call(&[&self.keys.queue]).arg(count);
+        let k = &self.keys;
+        let call = QUEUE_TOP
+            .call(&[&k.queue, self.legacy_key(), &k.inflight, &k.receipts])
+            .arg(count)
+            .arg(self.check_legacy);
         let items: Vec<Value> = self.client.run(&self.label, |c| call.query(c.like()))?;
         parse_pairs(&items).map_err(|e| e.context(&self.label))
     }

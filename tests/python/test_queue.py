@@ -91,6 +91,7 @@ def test_reserve_ack_nack_and_context_manager(url, name):
     assert len(q) == 2
     assert q.top(5)[0].id == "b", "in-flight tasks are invisible"
     time.sleep(0.4)  # a's consumer is "dead"
+    assert q.top().id == "a", "top shows what pop would take: the expired reservation first"
     again = q.reserve()
     assert again.id == "a" and again.score == a.score
     assert not a.ack(), "a late ack fails and leaves the new claim alone"
