@@ -163,7 +163,8 @@ impl PyLockBase {
             Ok(()) => Ok(false),
             // Another exception is on its way out: let it through unchanged.
             Err(_) if propagating => Ok(false),
-            Err(e) if e.is_not_owned() => Err(Exc::Lost.err(format!(
+            // Not lost: released already inside the block (LockNotOwnedError).
+            Err(e) if e.is_not_owned() && self.inner.lost() => Err(Exc::Lost.err(format!(
                 "{} {:?} was lost inside the with block (expired or taken over before the release): {e}",
                 self.kind,
                 self.display_name()

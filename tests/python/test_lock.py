@@ -116,6 +116,14 @@ def test_lock_lost_inside_with_raises_at_exit(url, r, name):
             raise KeyError("boom")
 
 
+def test_release_inside_with_is_not_reported_as_lost(url, r, name):
+    with pytest.raises(LockNotOwnedError) as caught:
+        with Lock(name) as lock:
+            lock.release()
+    assert not isinstance(caught.value, LockLostError), caught.value
+    assert not lock.lost and r("EXISTS", key(name)) == 0
+
+
 def test_extend_replaces_the_ttl(url, r, name):
     lock = Lock(name, ttl=10, auto_renew=False)
     assert lock.acquire()
