@@ -253,7 +253,7 @@ impl PyLock {
         fair: bool,
         url: Option<&str>,
         prefix: &str,
-        min_replicas: u32,
+        min_replicas: i64,
     ) -> PyResult<PyClassInitializer<Self>> {
         let name = str_bytes(name, "name")?;
         let mut opts = LockOptions::default();
@@ -262,7 +262,12 @@ impl PyLock {
         opts.reentrant = reentrant;
         opts.fair = fair;
         opts.prefix = prefix.as_bytes().to_vec();
-        opts.min_replicas = min_replicas;
+        opts.min_replicas = u32::try_from(min_replicas).map_err(|_| {
+            pyo3::exceptions::PyValueError::new_err(format!(
+                "min_replicas must be between 0 and {}, got {min_replicas}",
+                u32::MAX
+            ))
+        })?;
         let lock = ferrolock::Lock::new(&client(url)?, &name, opts).py()?;
         Ok(
             PyClassInitializer::from(PyLockBase::new(Arc::new(lock), timeout, "Lock")?)

@@ -198,6 +198,13 @@ def test_hostile_names(url, r, hostile):
     assert q.pop().id == hostile
 
 
+def test_out_of_range_integers_are_value_errors_naming_the_argument(url, name):
+    with pytest.raises(ValueError, match="min_replicas"):
+        Lock(name, min_replicas=-1)
+    with pytest.raises(ValueError, match="count"):
+        Queue(name).pop(-1)
+
+
 @pytest.mark.parametrize("number", HOSTILE_NUMBERS)
 def test_hostile_numbers(url, r, name, number):
     """Each call either works or raises ValueError/OverflowError; none crashes."""
