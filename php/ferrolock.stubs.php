@@ -17,15 +17,27 @@
  * `auto_renew`; RedisQueue also `lock_prefix`), or null: ini `ferrolock.url`,
  * else `$REDIS_URL`, else `redis://127.0.0.1:6379/0`. An array without `url`,
  * `host`, `port`, `password` or `database` means that default server, with its
- * `timeout`, `username` and `tls` applied. Connections are opened lazily and
- * reused across the requests of one worker.
+ * `timeout`, `username` and `tls` applied. In an array, `port` must be an
+ * integer from 1 to 65535 and `database` an integer >= 0 (integer strings
+ * such as '6380' too), `timeout` a number of seconds >= 0, the other settings
+ * strings; null means "not set". Any other value throws RedisLockException
+ * naming the key, rather than connecting somewhere else. Connections are
+ * opened lazily and reused across the requests of one worker.
+ *
+ * Names and ids: any bytes, 1 to 4096 of them ("0" is valid); longer or empty
+ * ones are invalid arguments. Ints, floats and bools are converted as PHP's
+ * (string) does (a float with the `precision` ini: 0.1 + 0.2 is "0.3"), so
+ * they name the same key as legacy code's "Lock:$name".
  *
  * Errors: invalid arguments the legacy classes answered with false/[] give
  * the same value plus an E_WARNING; wrong types throw TypeError; Redis
  * unreachable or failing throws RedisLockException.
  */
 
-/** Redis could not be reached, or answered with an error. */
+/**
+ * Redis could not be reached or answered with an error, or the connection
+ * settings (URL or array) are invalid.
+ */
 class RedisLockException extends RuntimeException {}
 
 /**
@@ -53,10 +65,12 @@ class RedisLock
     /**
      * Takes the lock `$name`.
      *
-     * @param string $name Lock name (any bytes; "0" is valid).
-     * @param int|float $timeout 0: try once; > 0: wait up to that many seconds.
-     * @param int $expire Lifetime in seconds (at least 5); the lock frees itself
-     *        after it unless renewed with expire().
+     * @param string $name Lock name: 1 to 4096 bytes, any bytes ("0" is valid).
+     * @param int|float $timeout 0: try once; > 0: wait up to that many seconds
+     *        (more than ten years, e.g. PHP_INT_MAX or INF, waits ten years:
+     *        as long as it takes).
+     * @param int $expire Lifetime in seconds (at least 5, at most ten years);
+     *        the lock frees itself after it unless renewed with expire().
      * @param int $waitIntervalUs Longest pause between re-checks while waiting
      *        (waits are woken by notification; this only caps re-checks).
      * @return bool True when acquired. Not reentrant: a second lock() of a name
@@ -77,8 +91,13 @@ class RedisLock
     public function isLocking(string $name): bool {}
 
     /**
-     * Extra: the fencing token of this object's hold of `$name`, an integer that
-     * strictly increases per name across all holders; false when not held.
+     * Extra: the fencing token of this object's current hold of `$name`, as of
+     * its acquire: an integer that strictly increases per name across all
+     * holders. False when this object has not acquired `$name` or released it,
+     * or already knows the hold is lost (auto_renew or Redlock found it gone,
+     * or expire() found it taken). It does not ask Redis whether the hold is
+     * still valid: without auto_renew, a hold that expired and was taken by
+     * someone else still returns its old token; use isLocking() for that.
      */
     public function fencingToken(string $name): int|false {}
 }
@@ -95,7 +114,7 @@ class RedisQueue
 
     /**
      * Adds `$id` (or an array of ids) due `$afterInterval` seconds from now.
-     * Ids already queued keep their score.
+     * Ids already queued keep their score. An id is 1 to 4096 bytes.
      *
      * @param int $timeout Seconds to wait for a legacy client's queue lock.
      */
@@ -117,8 +136,8 @@ class RedisQueue
 
     /**
      * Extra: reserves one due task for `$visibility` seconds, waiting up to
-     * `$wait` seconds for one (woken by enqueues). If it is not acked in time
-     * it returns to the queue.
+     * `$wait` seconds for one (woken by enqueues; more than ten years waits ten
+     * years). If it is not acked in time it returns to the queue.
      *
      * @return array|false ['id' => string, 'score' => float, 'receipt' => string]
      */

@@ -9,12 +9,24 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
+use ext_php_rs::boxed::ZBox;
 use ext_php_rs::convert::FromZval;
 use ext_php_rs::error::php_error;
 use ext_php_rs::exception::{PhpException, PhpResult};
 use ext_php_rs::flags::{DataType, ErrorType};
-use ext_php_rs::types::Zval;
+use ext_php_rs::types::{ZendStr, Zval};
 use ext_php_rs::zend::{ClassEntry, ce};
+
+// Zend API (not in ext-php-rs' bindings), resolved when PHP loads the
+// extension. ZEND_FASTCALL: the C convention, `__vectorcall` on Windows.
+#[cfg(not(windows))]
+unsafe extern "C" {
+    fn zend_double_to_str(num: f64) -> *mut ZendStr;
+}
+#[cfg(windows)]
+unsafe extern "vectorcall" {
+    fn zend_double_to_str(num: f64) -> *mut ZendStr;
+}
 
 /// `RedisLockException`'s class entry, set at module startup.
 pub static LOCK_EXCEPTION: AtomicPtr<ClassEntry> = AtomicPtr::new(std::ptr::null_mut());
@@ -208,6 +220,17 @@ impl FloatArg {
     }
 }
 
+/// A wait timeout in seconds, capped at the longest duration the core takes
+/// (ten years): a longer wait (`PHP_INT_MAX`, `INF`) means "as long as it
+/// takes", not a mistake. NaN and negative values are left for the caller.
+pub fn cap_wait(seconds: f64) -> f64 {
+    if seconds > ferrolock::validate::MAX_SECONDS {
+        ferrolock::validate::MAX_SECONDS
+    } else {
+        seconds
+    }
+}
+
 /// A `string` parameter, binary safe: strings as bytes; ints, floats and bools
 /// converted as PHP does.
 pub struct StrArg(Result<Vec<u8>, String>);
@@ -226,11 +249,25 @@ impl StrArg {
     }
 }
 
+/// A float as PHP's `(string)` gives it: PHP's own formatting, with the
+/// `precision` ini (`0.30000000000000004` → `"0.3"`, `1e20` → `"1.0E+20"`,
+/// `INF`, `NAN`, `"-0"`), so a name built here is the key legacy code builds
+/// with `"Lock:$name"`.
+pub fn float_bytes(value: f64) -> Vec<u8> {
+    // SAFETY: zend_double_to_str only reads executor globals (precision) and
+    // returns a new, non-null zend_string that we own and release on drop.
+    let string: ZBox<ZendStr> = unsafe { ZBox::from_raw(zend_double_to_str(value)) };
+    string.as_bytes().to_vec()
+}
+
 /// A scalar as PHP's string conversion gives it (`None` for arrays, objects
 /// without `__toString`, null).
 pub fn scalar_bytes(z: &Zval) -> Option<Vec<u8>> {
     if let Some(s) = z.zend_str() {
         return Some(s.as_bytes().to_vec());
+    }
+    if let Some(d) = z.double() {
+        return Some(float_bytes(d));
     }
     if z.is_null() || z.is_array() {
         return None;

@@ -8,11 +8,11 @@
 
 use std::ffi::{CStr, c_char, c_int};
 
-use ext_php_rs::exception::PhpResult;
+use ext_php_rs::exception::{PhpException, PhpResult};
 use ext_php_rs::types::Zval;
 use ferrolock::{Client, UrlParts};
 
-use crate::args::{At, exception, type_error, type_name};
+use crate::args::{At, exception, lock_exception, scalar_bytes, type_error, type_name};
 
 unsafe extern "C" {
     // Zend API (not in ext-php-rs' bindings), resolved when PHP loads the extension.
@@ -63,6 +63,131 @@ fn client(url: &str) -> PhpResult<Client> {
     Client::shared(url).map_err(exception)
 }
 
+// Values of the connection array. A value that would otherwise be dropped or
+// replaced (and so connect to another server or database than the caller
+// named) is a `RedisLockException`, as a bad URL is; `null` means "not set".
+
+/// `connection array: 'port' must be …, got …` (a secret's value is not shown).
+fn bad_value(key: &str, allowed: &str, value: &Zval, secret: bool) -> PhpException {
+    let got = if secret {
+        type_name(value)
+    } else if let Some(s) = value.zend_str() {
+        let s = String::from_utf8_lossy(s.as_bytes());
+        let short: String = s.chars().take(64).collect();
+        let more = if short.len() < s.len() { "…" } else { "" };
+        format!("{short:?}{more}")
+    } else if let Some(b) = value.bool() {
+        b.to_string()
+    } else if value.is_long() || value.is_double() {
+        scalar_bytes(value)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_else(|| type_name(value))
+    } else {
+        type_name(value)
+    };
+    lock_exception(format!(
+        "connection array: '{key}' must be {allowed}, got {got}"
+    ))
+}
+
+/// A string setting (ints and floats converted as PHP does).
+fn text(key: &str, value: &Zval, secret: bool) -> PhpResult<Option<String>> {
+    if value.is_null() {
+        return Ok(None);
+    }
+    let allowed = "a string";
+    if !(value.is_string() || value.is_long() || value.is_double()) {
+        return Err(bad_value(key, allowed, value, secret));
+    }
+    let bytes = scalar_bytes(value).ok_or_else(|| bad_value(key, allowed, value, secret))?;
+    String::from_utf8(bytes)
+        .map(Some)
+        .map_err(|_| bad_value(key, "a UTF-8 string", value, secret))
+}
+
+/// A binary-safe string setting (key prefixes).
+fn bytes(key: &str, value: &Zval) -> PhpResult<Option<Vec<u8>>> {
+    if value.is_null() {
+        return Ok(None);
+    }
+    if !(value.is_string() || value.is_long() || value.is_double()) {
+        return Err(bad_value(key, "a string", value, false));
+    }
+    scalar_bytes(value)
+        .map(Some)
+        .ok_or_else(|| bad_value(key, "a string", value, false))
+}
+
+/// An integer setting: an int, an integral float or an integer string
+/// (`'6380'`, surrounding whitespace allowed).
+fn integer(value: &Zval) -> Option<i64> {
+    if let Some(l) = value.long() {
+        Some(l)
+    } else if let Some(d) = value.double() {
+        (d.is_finite() && d.fract() == 0.0 && d >= i64::MIN as f64 && d < i64::MAX as f64)
+            .then_some(d as i64)
+    } else if let Some(s) = value.zend_str() {
+        std::str::from_utf8(s.as_bytes())
+            .ok()?
+            .trim_matches([' ', '\t', '\n', '\r', '\x0b', '\x0c'])
+            .parse()
+            .ok()
+    } else {
+        None
+    }
+}
+
+/// `port`: 1 to 65535.
+fn port(key: &str, value: &Zval) -> PhpResult<Option<u16>> {
+    if value.is_null() {
+        return Ok(None);
+    }
+    integer(value)
+        .and_then(|p| u16::try_from(p).ok())
+        .filter(|p| *p > 0)
+        .map(Some)
+        .ok_or_else(|| bad_value(key, "an integer from 1 to 65535", value, false))
+}
+
+/// `database`: a database number, 0 or more.
+fn database(key: &str, value: &Zval) -> PhpResult<Option<i64>> {
+    if value.is_null() {
+        return Ok(None);
+    }
+    integer(value)
+        .filter(|db| *db >= 0)
+        .map(Some)
+        .ok_or_else(|| bad_value(key, "an integer >= 0 (a database number)", value, false))
+}
+
+/// `timeout`: seconds, a finite number >= 0 (0: the default timeout).
+fn timeout(key: &str, value: &Zval) -> PhpResult<Option<f64>> {
+    if value.is_null() {
+        return Ok(None);
+    }
+    let t = if let Some(d) = value.double() {
+        Some(d)
+    } else if let Some(l) = value.long() {
+        Some(l as f64)
+    } else if let Some(s) = value.zend_str() {
+        std::str::from_utf8(s.as_bytes())
+            .ok()
+            .and_then(|s| s.trim().parse::<f64>().ok())
+    } else {
+        None
+    };
+    match t {
+        Some(t) if t.is_finite() && t > 0.0 => Ok(Some(t)),
+        Some(0.0) => Ok(None),
+        _ => Err(bad_value(
+            key,
+            "a finite number of seconds >= 0 (0: the default)",
+            value,
+            false,
+        )),
+    }
+}
+
 /// Reads `$param` (see the module documentation).
 pub fn settings(param: Option<&Zval>, function: &'static str) -> PhpResult<Settings> {
     let at = At {
@@ -102,20 +227,24 @@ pub fn settings(param: Option<&Zval>, function: &'static str) -> PhpResult<Setti
     let mut url = None;
     for (key, value) in array.iter() {
         let key = key.to_string();
-        let text = || value.coerce_to_string().filter(|_| !value.is_array());
-        match key.as_str() {
-            "url" => url = text(),
-            "host" => parts.host = text(),
-            "port" => parts.port = value.coerce_to_long().and_then(|p| u16::try_from(p).ok()),
-            "username" | "user" => parts.username = text().filter(|s| !s.is_empty()),
-            "password" | "auth" | "pass" => parts.password = text().filter(|s| !s.is_empty()),
-            "database" | "db" | "dbindex" => parts.db = value.coerce_to_long(),
-            "timeout" => parts.timeout = value.coerce_to_double().filter(|t| *t > 0.0),
+        let key = key.as_str();
+        match key {
+            "url" => url = text(key, value, false)?,
+            "host" => parts.host = text(key, value, false)?,
+            "port" => parts.port = port(key, value)?,
+            "username" | "user" => {
+                parts.username = text(key, value, false)?.filter(|s| !s.is_empty());
+            }
+            "password" | "auth" | "pass" => {
+                parts.password = text(key, value, true)?.filter(|s| !s.is_empty());
+            }
+            "database" | "db" | "dbindex" => parts.db = database(key, value)?,
+            "timeout" => parts.timeout = timeout(key, value)?,
             "tls" | "ssl" => parts.tls = value.coerce_to_bool(),
             "fair" => out.fair = value.coerce_to_bool(),
             "auto_renew" => out.auto_renew = value.coerce_to_bool(),
-            "prefix" => out.prefix = text().map(String::into_bytes),
-            "lock_prefix" => out.lock_prefix = text().map(String::into_bytes),
+            "prefix" => out.prefix = bytes(key, value)?,
+            "lock_prefix" => out.lock_prefix = bytes(key, value)?,
             "servers" => {
                 let Some(list) = value.array() else {
                     return Err(type_error(

@@ -10,7 +10,9 @@ use ext_php_rs::prelude::*;
 use ext_php_rs::types::{ZendClassObject, Zval};
 use ferrolock::{Client, DistributedLock, Lock, LockOptions, Redlock, Wait, validate};
 
-use crate::args::{FloatArg, IntArg, StrArg, at, exception, guard, legacy, lock_exception, warn};
+use crate::args::{
+    FloatArg, IntArg, StrArg, at, cap_wait, exception, guard, legacy, lock_exception, warn,
+};
 use crate::connect::settings;
 
 /// Legacy minimum lock lifetime: `max((int)$expire, 5)`.
@@ -121,7 +123,8 @@ impl RedisLock {
     }
 
     /// Takes `$name`; `$timeout` 0 tries once, > 0 waits up to that many
-    /// seconds (woken by notification; `$waitIntervalUs` caps re-checks);
+    /// seconds (woken by notification; `$waitIntervalUs` caps re-checks; more
+    /// than ten years waits ten years, i.e. as long as it takes);
     /// `$expire` is the lifetime in seconds, at least 5.
     #[php(defaults(timeout = 0.into(), expire = 15.into(), waitIntervalUs = 100000.into()))]
     pub fn lock(
@@ -151,6 +154,7 @@ impl RedisLock {
             let wait = if timeout.is_nan() || timeout <= 0.0 {
                 Wait::Try
             } else {
+                let timeout = cap_wait(timeout);
                 match legacy(validate::seconds(timeout, "timeout", false).map(Some), None)? {
                     Some(d) => Wait::For(d),
                     None => return Ok(false),
@@ -239,14 +243,19 @@ impl RedisLock {
         })
     }
 
-    /// Extra: the fencing token of the current hold of `$name` (strictly
-    /// increasing per name across holders), or false when not held.
+    /// Extra: the fencing token of this object's hold of `$name` (strictly
+    /// increasing per name across holders), as of its acquire; false when this
+    /// object has not acquired `$name`, released it, or already knows the hold
+    /// is lost (auto-renew or Redlock found it gone, or an expire()/unlock()
+    /// did). No round trip: without auto-renew an expired hold is not noticed
+    /// here (`isLocking()` asks Redis).
     #[php(name = "fencingToken")]
     pub fn fencing_token(&self, name: StrArg) -> PhpResult<Zval> {
         guard(|| {
             let name = name.get(&at("RedisLock::fencingToken", 1, "name"))?;
             let mut out = Zval::new();
-            match self.held.get(&name).and_then(|l| l.fencing_token()) {
+            let hold = self.held.get(&name).filter(|l| !l.lost());
+            match hold.and_then(|l| l.fencing_token()) {
                 Some(f) => out.set_long(f),
                 None => out.set_bool(false),
             }

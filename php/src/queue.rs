@@ -10,7 +10,7 @@ use ext_php_rs::types::{ZendHashTable, Zval};
 use ferrolock::{Client, ErrorKind, Queue, QueueOptions, Task, Wait, validate};
 
 use crate::args::{
-    At, FloatArg, IntArg, StrArg, at, bytes_zval, exception, guard, id_bytes, type_error,
+    At, FloatArg, IntArg, StrArg, at, bytes_zval, cap_wait, exception, guard, id_bytes, type_error,
     type_name, warn,
 };
 use crate::connect::settings;
@@ -259,8 +259,9 @@ impl RedisQueue {
     }
 
     /// Extra: reserves one due task for `$visibility` seconds, waiting up to
-    /// `$wait` seconds for one. `['id', 'score', 'receipt']` or false. Ack it
-    /// with `ack()`; if not acked in time it returns to the queue.
+    /// `$wait` seconds for one (more than ten years waits ten years).
+    /// `['id', 'score', 'receipt']` or false. Ack it with `ack()`; if not acked
+    /// in time it returns to the queue.
     #[php(defaults(visibility = 30.into(), wait = 0.into()))]
     pub fn reserve(
         &mut self,
@@ -278,7 +279,7 @@ impl RedisQueue {
             let Some(visibility) = settle(validate::ttl(visibility, "visibility"))? else {
                 return Ok(Fallback::False.zval());
             };
-            let Some(wait) = settle(Wait::from_secs(Some(wait), "wait"))? else {
+            let Some(wait) = settle(Wait::from_secs(Some(cap_wait(wait)), "wait"))? else {
                 return Ok(Fallback::False.zval());
             };
             match settle(queue.reserve(Some(visibility), wait, None))?.flatten() {

@@ -11,8 +11,9 @@ $before = $r->keys('*');
 
 $names = ['', str_repeat('n', 1 << 20), "\x00", "\xff\xfe\xfd", "a\nb", '{x}', '}{', '名字'];
 $numbers = [-1, 0, -PHP_INT_MAX - 1, PHP_INT_MAX, 1e308, -1e308, NAN, INF, -INF, 0.0001, '12', ' 7 ', '1e3'];
-// As lock timeouts, only values that do not make the call wait for real.
-$timeouts = [-1, 0, -PHP_INT_MAX - 1, PHP_INT_MAX, 1e308, -1e308, NAN, INF, -INF, 0.0001, '0', ' -3 '];
+// As lock timeouts, only values that do not make the call wait for real (a
+// huge timeout waits: see below).
+$timeouts = [-1, 0, -PHP_INT_MAX - 1, -1e308, NAN, -INF, 0.0001, '0', ' -3 '];
 $types = [null, [], [[]], new stdClass(), true, false, 1.5, STDIN];
 
 $outcomes = ['ok' => 0, 'warning' => 0, 'TypeError' => 0, 'ArgumentCountError' => 0, 'ValueError' => 0];
@@ -68,3 +69,73 @@ foreach (array_diff($r->keys('*'), $before) as $k) {
 assert($r->get('precious') === 'data' && $r->zScore('Queue:precious', 'task') === 1.5);
 $l->unlockAll();
 ok('survived ' . count($calls) . ' hostile calls');
+
+// A wait timeout over the longest duration (ten years) waits as long as it
+// takes: a free lock is taken at once, without a warning (the legacy class
+// took a free lock whatever the timeout), a held one is waited for.
+foreach ([PHP_INT_MAX, 1e9, 1e300, INF, '1e300'] as $i => $timeout) {
+    $n = uniq("long-wait-$i");
+    [$got, $warnings] = with_warnings(fn() => $l->lock($n, $timeout));
+    assert($got === true && $warnings === [], "timeout $timeout: " . var_export([$got, $warnings], true));
+    assert($l->unlock($n) === true);
+}
+$n = uniq('long-wait-held');
+assert((new RedisLock())->lock($n, 0, 5) === true);
+$r->pexpire("Lock:$n", 200); // the other hold ends in 200 ms
+assert($l->lock($n, PHP_INT_MAX, 15, 20000) === true, 'waited for the holder');
+assert($l->unlock($n) === true);
+// A lifetime over ten years stays an invalid argument.
+expect_warning(fn() => $l->lock(uniq('long-ttl'), 0, PHP_INT_MAX), false, 'expire');
+// The same for a queue's waits: reserve's $wait, the legacy-lock $timeouts.
+$n = uniq('long-wait-q');
+assert($q->enqueue($n, ['a', 'b', 'c'], PHP_INT_MAX) === true);
+[$task, $warnings] = with_warnings(fn() => $q->reserve($n, 30, 1e12));
+assert(is_array($task) && $task['id'] === 'a' && $warnings === [], var_export([$task, $warnings], true));
+[$task, $warnings] = with_warnings(fn() => $q->reserve($n, 30, INF));
+assert(is_array($task) && $task['id'] === 'b' && $warnings === [], var_export([$task, $warnings], true));
+assert($q->pop($n, 1, PHP_INT_MAX)['id'] === 'c');
+assert($q->enqueue($n, 'd', PHP_INT_MAX) === true);
+assert($q->dequeue($n, 'd', $q->top($n)['score'], PHP_INT_MAX) === true);
+expect_warning(fn() => $q->reserve($n, 1e12), false, 'visibility');
+$r->del("Queue:$n");
+ok('huge wait timeouts wait, huge lifetimes are refused');
+
+// Connection arrays: a value out of range or of the wrong type throws
+// RedisLockException naming the key (never a silent default, which could be
+// another server or database).
+$bad = [
+    [['host' => '127.0.0.1', 'port' => 70000], 'port'],
+    [['port' => 'abc'], 'port'],
+    [['port' => 0], 'port'],
+    [['port' => 6379.5], 'port'],
+    [['port' => '6379abc'], 'port'],
+    [['database' => 'two'], 'database'],
+    [['db' => -1], 'db'],
+    [['password' => ['x']], 'password'],
+    [['auth' => true], 'auth'],
+    [['host' => ['x']], 'host'],
+    [['url' => new stdClass()], 'url'],
+    [['timeout' => 'soon'], 'timeout'],
+    [['timeout' => -1], 'timeout'],
+    [['prefix' => []], 'prefix'],
+];
+foreach ($bad as [$param, $key]) {
+    foreach (['RedisLock', 'RedisQueue'] as $class) {
+        $e = expect_throw(fn() => new $class($param), RedisLockException::class);
+        assert(str_contains($e->getMessage(), "'$key' must be"), $e->getMessage());
+    }
+}
+$e = expect_throw(fn() => new RedisLock(['port' => 'x', 'password' => ['hunter2']]), RedisLockException::class);
+assert(!str_contains($e->getMessage(), 'hunter2'));
+$e = expect_throw(fn() => new RedisLock(['host' => '127.0.0.1', 'port' => 70000]), RedisLockException::class);
+assert(str_contains($e->getMessage(), '1 to 65535'), $e->getMessage());
+// Integer strings, integral floats and null (not set) are still accepted.
+$u = parse_url(redis_url());
+foreach ([(string) $u['port'], " {$u['port']} ", (float) $u['port']] as $port) {
+    $c = new RedisLock(['host' => $u['host'], 'port' => $port, 'database' => '0', 'timeout' => '2']);
+    $n = uniq('array-port');
+    assert($c->lock($n) === true && $l->lock($n) === false && $c->unlock($n) === true);
+}
+$c = new RedisQueue(['host' => $u['host'], 'port' => $u['port'], 'database' => null, 'password' => null]);
+assert($c->len(uniq('array-null')) === 0);
+ok('connection arrays: bad values throw RedisLockException naming the key');

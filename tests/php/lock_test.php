@@ -97,7 +97,9 @@ expect_warning(fn() => $a->isLocking(''), false, 'must not be empty');
 expect_warning(fn() => $a->expire('', 5), false, 'must not be empty');
 expect_warning(fn() => $a->lock(str_repeat('x', 5000)), false, '5000 bytes');
 expect_warning(fn() => $a->lock('x', 0, PHP_INT_MAX), false, 'expire');
-expect_warning(fn() => $a->lock('x', 1e300), false, 'timeout');
+$free = uniq('free');
+[$got, $warnings] = with_warnings(fn() => $a->lock($free, 1e300)); // may wait "forever"
+assert($got === true && $warnings === [] && $a->unlock($free));
 expect_throw(fn() => $a->lock([]), TypeError::class);
 expect_throw(fn() => $a->lock('x', []), TypeError::class);
 expect_throw(fn() => $a->lock('x', 'soon'), TypeError::class);
@@ -137,6 +139,23 @@ assert($pttl > 4000, "renewed in the background, PTTL $pttl");
 assert($a->lock($n) === false);
 assert($renewing->unlock($n) === true);
 ok('auto_renew and fair options');
+
+// fencingToken() asks no one, but turns false once auto-renew finds the hold
+// lost (here: the key deleted, as if it expired, and taken by someone else).
+$n = uniq('fence-lost');
+$renewing = new RedisLock(['url' => redis_url(), 'auto_renew' => true]);
+assert($renewing->lock($n, 0, 5) === true);
+assert(is_int($renewing->fencingToken($n)));
+$r->del("Lock:$n");
+assert($b->lock($n) === true);
+$deadline = microtime(true) + 6; // the watchdog renews every 5/3 s
+while ($renewing->fencingToken($n) !== false && microtime(true) < $deadline) {
+    usleep(20000);
+}
+assert($renewing->fencingToken($n) === false, 'the lost hold has no fencing token');
+assert(is_int($b->fencingToken($n)));
+assert($renewing->unlock($n) === false && $b->unlock($n) === true);
+ok('fencingToken() after auto-renew lost the hold');
 
 // pcntl_fork() with the watchdog running: a child reconnects, does not own its parent's
 // locks, cannot release them, and its exit leaves them alone. (Forks racing the watchdog's
