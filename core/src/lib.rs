@@ -15,7 +15,7 @@
 //!     lock.release()?;
 //! }
 //! let queue = Queue::new(&client, b"mails", QueueOptions::default())?;
-//! queue.enqueue(&[b"42".as_slice()], 0.0, None)?;
+//! queue.enqueue(&[b"42".as_slice()], 0.0, None, None)?;
 //! for task in queue.pop(10, Wait::Try, None, None)? {
 //!     println!("{} due at {}", String::from_utf8_lossy(&task.id), task.score);
 //! }

@@ -135,11 +135,14 @@ impl Queue {
 
     /// Adds `ids` in one round trip, due `delay` seconds from now (negative:
     /// earlier). Ids already queued keep their score. Returns how many were new.
+    /// While a legacy client holds the queue lock this waits for it, up to
+    /// `legacy_timeout` (default: the queue's), consulting `interrupt`.
     pub fn enqueue<I: AsRef<[u8]>>(
         &self,
         ids: &[I],
         delay: f64,
         legacy_timeout: Option<Duration>,
+        interrupt: Option<Interrupt<'_>>,
     ) -> Result<usize> {
         let delay = validate::offset(delay, "delay")?;
         for id in ids {
@@ -157,7 +160,7 @@ impl Queue {
         for id in ids {
             call = call.arg(id.as_ref());
         }
-        let reply = self.legacy_retry(legacy_timeout, None, || {
+        let reply = self.legacy_retry(legacy_timeout, interrupt, || {
             self.client
                 .run(&self.label, |c| call.query::<Vec<Value>>(c.like()))
         })?;
@@ -315,8 +318,15 @@ impl Queue {
     }
 
     /// Removes `id` if its score is still exactly `score` (a task queued again
-    /// since it was read keeps its place). True when removed.
-    pub fn dequeue(&self, id: &[u8], score: f64, legacy_timeout: Option<Duration>) -> Result<bool> {
+    /// since it was read keeps its place). True when removed. Waits for a
+    /// legacy client's queue lock as [`Queue::enqueue`] does.
+    pub fn dequeue(
+        &self,
+        id: &[u8],
+        score: f64,
+        legacy_timeout: Option<Duration>,
+        interrupt: Option<Interrupt<'_>>,
+    ) -> Result<bool> {
         validate::name(id, "task id")?;
         let score = validate::score(score)?;
         let call = QUEUE_DEQUEUE
@@ -324,7 +334,7 @@ impl Queue {
             .arg(id)
             .arg(score)
             .arg(self.check_legacy);
-        let reply = self.legacy_retry(legacy_timeout, None, || {
+        let reply = self.legacy_retry(legacy_timeout, interrupt, || {
             self.client
                 .run(&self.label, |c| call.query::<Vec<Value>>(c.like()))
         })?;
@@ -346,8 +356,15 @@ impl Queue {
     }
 
     /// Gives a reserved task back, due `delay` seconds from now. False when
-    /// the reservation was lost.
-    pub fn nack(&self, id: &[u8], receipt: &str, delay: f64) -> Result<bool> {
+    /// the reservation was lost. Waits for a legacy client's queue lock as
+    /// [`Queue::enqueue`] does (up to the queue's `legacy_lock_timeout`).
+    pub fn nack(
+        &self,
+        id: &[u8],
+        receipt: &str,
+        delay: f64,
+        interrupt: Option<Interrupt<'_>>,
+    ) -> Result<bool> {
         validate::name(id, "task id")?;
         validate::name(receipt.as_bytes(), "receipt")?;
         let delay = validate::offset(delay, "delay")?;
@@ -366,7 +383,7 @@ impl Queue {
             .arg(delay)
             .arg(self.check_legacy)
             .arg(&k.channel);
-        let reply = self.legacy_retry(None, None, || {
+        let reply = self.legacy_retry(None, interrupt, || {
             self.client
                 .run(&self.label, |c| call.query::<Vec<Value>>(c.like()))
         })?;

@@ -61,17 +61,17 @@ fn bad_arguments_are_rejected_before_touching_redis() {
     );
     assert!(q.top(0).unwrap_err().is_invalid_argument());
     assert!(
-        q.enqueue(&["ok", ""], 0.0, None)
+        q.enqueue(&["ok", ""], 0.0, None, None)
             .unwrap_err()
             .is_invalid_argument()
     );
     assert!(
-        q.enqueue(&["ok"], f64::NAN, None)
+        q.enqueue(&["ok"], f64::NAN, None, None)
             .unwrap_err()
             .is_invalid_argument()
     );
     assert!(
-        q.dequeue(b"ok", f64::INFINITY, None)
+        q.dequeue(b"ok", f64::INFINITY, None, None)
             .unwrap_err()
             .is_invalid_argument()
     );
@@ -90,7 +90,7 @@ fn bad_arguments_are_rejected_before_touching_redis() {
         let l = Lock::new(&c, name, lock_opts("names")).unwrap();
         assert!(l.try_acquire().unwrap());
         l.release().unwrap();
-        q.enqueue(&[name], 0.0, None).unwrap();
+        q.enqueue(&[name], 0.0, None, None).unwrap();
     }
     assert_eq!(q.pop(10, Wait::Try, None, None).unwrap().len(), 6);
 }

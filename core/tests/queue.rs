@@ -22,11 +22,11 @@ fn ids(tasks: &[ferrolock::Task]) -> Vec<String> {
 #[test]
 fn enqueue_dedups_and_keeps_the_first_score() {
     let q = Queue::new(&client(), b"q", queue_opts("dedup")).unwrap();
-    assert_eq!(q.enqueue(&["a", "b"], 0.0, None).unwrap(), 2);
+    assert_eq!(q.enqueue(&["a", "b"], 0.0, None, None).unwrap(), 2);
     let first = q.top(10).unwrap();
     thread::sleep(Duration::from_millis(20));
     assert_eq!(
-        q.enqueue(&["a", "c"], 0.0, None).unwrap(),
+        q.enqueue(&["a", "c"], 0.0, None, None).unwrap(),
         1,
         "only c is new"
     );
@@ -37,16 +37,16 @@ fn enqueue_dedups_and_keeps_the_first_score() {
     assert_eq!(q.len().unwrap(), 3);
     // Batches, including duplicates inside one call.
     let many: Vec<String> = (0..5000).map(|i| format!("id{}", i % 4000)).collect();
-    assert_eq!(q.enqueue(&many, 0.0, None).unwrap(), 4000);
+    assert_eq!(q.enqueue(&many, 0.0, None, None).unwrap(), 4000);
     assert_eq!(q.len().unwrap(), 4003);
 }
 
 #[test]
 fn pop_order_is_lowest_score_first_then_id() {
     let q = Queue::new(&client(), b"q", queue_opts("order")).unwrap();
-    q.enqueue(&["m", "k"], -3.0, None).unwrap();
-    q.enqueue(&["z", "a", "b"], -2.0, None).unwrap();
-    q.enqueue(&["late"], -1.0, None).unwrap();
+    q.enqueue(&["m", "k"], -3.0, None, None).unwrap();
+    q.enqueue(&["z", "a", "b"], -2.0, None, None).unwrap();
+    q.enqueue(&["late"], -1.0, None, None).unwrap();
     assert_eq!(ids(&q.top(10).unwrap()), ["k", "m", "a", "b", "z", "late"]);
     assert_eq!(
         ids(&q.pop(3, Wait::Try, None, None).unwrap()),
@@ -63,7 +63,7 @@ fn pop_order_is_lowest_score_first_then_id() {
 #[test]
 fn delayed_tasks_are_invisible_until_due() {
     let q = Queue::new(&client(), b"q", queue_opts("delay")).unwrap();
-    q.enqueue(&["later"], 0.4, None).unwrap();
+    q.enqueue(&["later"], 0.4, None, None).unwrap();
     assert!(q.top(1).unwrap().is_empty());
     assert!(q.pop(1, Wait::Try, None, None).unwrap().is_empty());
     assert_eq!(q.len().unwrap(), 1, "len counts delayed tasks");
@@ -82,21 +82,21 @@ fn delayed_tasks_are_invisible_until_due() {
 #[test]
 fn dequeue_needs_the_exact_score() {
     let q = Queue::new(&client(), b"q", queue_opts("dequeue")).unwrap();
-    q.enqueue(&["t"], 0.0, None).unwrap();
+    q.enqueue(&["t"], 0.0, None, None).unwrap();
     let t = q.top(1).unwrap().remove(0);
     assert!(
-        !q.dequeue(b"t", t.score + 1e-6, None).unwrap(),
+        !q.dequeue(b"t", t.score + 1e-6, None, None).unwrap(),
         "stale score keeps the task"
     );
     assert!(
-        !q.dequeue(b"t", f64::from_bits(t.score.to_bits() + 1), None)
+        !q.dequeue(b"t", f64::from_bits(t.score.to_bits() + 1), None, None)
             .unwrap(),
         "one ulp off"
     );
     assert_eq!(q.len().unwrap(), 1);
-    assert!(q.dequeue(b"t", t.score, None).unwrap());
+    assert!(q.dequeue(b"t", t.score, None, None).unwrap());
     assert_eq!(q.len().unwrap(), 0);
-    assert!(!q.dequeue(b"t", t.score, None).unwrap());
+    assert!(!q.dequeue(b"t", t.score, None, None).unwrap());
 }
 
 #[test]
@@ -120,11 +120,14 @@ fn scores_round_trip_exactly() {
         let t = top.iter().find(|t| t.id == format!("id{i}").as_bytes());
         if *s <= 1.8e9 {
             assert_eq!(t.unwrap().score.to_bits(), s.to_bits(), "id{i}");
-            assert!(q.dequeue(format!("id{i}").as_bytes(), *s, None).unwrap());
+            assert!(
+                q.dequeue(format!("id{i}").as_bytes(), *s, None, None)
+                    .unwrap()
+            );
         }
     }
     // Enqueued scores too: what pop returns is what dequeue accepts.
-    q.enqueue(&["x"], 0.0, None).unwrap();
+    q.enqueue(&["x"], 0.0, None, None).unwrap();
     let x = q.top(1).unwrap().remove(0);
     let stored: f64 = r.zscore(&key, "x").unwrap();
     assert_eq!(stored.to_bits(), x.score.to_bits());
@@ -136,7 +139,7 @@ fn four_threads_popping_10000_tasks_get_each_exactly_once() {
     let opts = queue_opts("drain");
     let q = Queue::new(&c, b"q", opts.clone()).unwrap();
     let all: Vec<String> = (0..10_000).map(|i| format!("task-{i}")).collect();
-    assert_eq!(q.enqueue(&all, 0.0, None).unwrap(), 10_000);
+    assert_eq!(q.enqueue(&all, 0.0, None, None).unwrap(), 10_000);
     let seen = Arc::new(Mutex::new(Vec::new()));
     let barrier = Arc::new(Barrier::new(4));
     let handles: Vec<_> = (0..4)
@@ -180,7 +183,7 @@ fn enqueue_wakes_a_blocked_pop_by_notification() {
     });
     thread::sleep(Duration::from_millis(300));
     let sent = Instant::now();
-    q.enqueue(&["hello"], 0.0, None).unwrap();
+    q.enqueue(&["hello"], 0.0, None, None).unwrap();
     let (got, at) = consumer.join().unwrap();
     assert_eq!(got, ["hello"]);
     assert!(
@@ -192,7 +195,7 @@ fn enqueue_wakes_a_blocked_pop_by_notification() {
 #[test]
 fn reserve_ack_nack_and_visibility_timeout() {
     let q = Queue::new(&client(), b"q", queue_opts("reserve")).unwrap();
-    q.enqueue(&["a", "b"], 0.0, None).unwrap();
+    q.enqueue(&["a", "b"], 0.0, None, None).unwrap();
     let a = q
         .reserve(Some(Duration::from_millis(300)), Wait::Try, None)
         .unwrap()
@@ -220,7 +223,7 @@ fn reserve_ack_nack_and_visibility_timeout() {
     assert!(!q.ack(&a.id, a.receipt.as_deref().unwrap()).unwrap());
     assert_eq!(q.in_flight().unwrap(), 1);
     assert!(
-        q.nack(&again.id, again.receipt.as_deref().unwrap(), 0.0)
+        q.nack(&again.id, again.receipt.as_deref().unwrap(), 0.0, None)
             .unwrap()
     );
     assert_eq!(q.in_flight().unwrap(), 0);
@@ -280,7 +283,7 @@ fn queue_ops_wait_for_a_legacy_queue_lock() {
         .unwrap();
     let start = Instant::now();
     assert_eq!(
-        q.enqueue(&["a"], 0.0, Some(Duration::from_secs(5)))
+        q.enqueue(&["a"], 0.0, Some(Duration::from_secs(5)), None)
             .unwrap(),
         1
     );
@@ -296,7 +299,7 @@ fn queue_ops_wait_for_a_legacy_queue_lock() {
         .query(&mut r)
         .unwrap();
     let err = q
-        .enqueue(&["b"], 0.0, Some(Duration::from_millis(200)))
+        .enqueue(&["b"], 0.0, Some(Duration::from_millis(200)), None)
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::QueueLocked, "{err}");
     assert_eq!(q.len().unwrap(), 1, "nothing written while locked");
@@ -324,8 +327,8 @@ fn back_to_back_enqueues_wake_different_consumers() {
         .collect();
     thread::sleep(Duration::from_millis(400));
     let sent = Instant::now();
-    q.enqueue(&["a"], 0.0, None).unwrap();
-    q.enqueue(&["b"], 0.0, None).unwrap();
+    q.enqueue(&["a"], 0.0, None, None).unwrap();
+    q.enqueue(&["b"], 0.0, None, None).unwrap();
     let mut got: Vec<String> = Vec::new();
     for h in consumers {
         let (ids, at) = h.join().unwrap();

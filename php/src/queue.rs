@@ -199,7 +199,7 @@ impl RedisQueue {
             let Some(delay) = settle(validate::offset(delay, "afterInterval"))? else {
                 return Ok(false);
             };
-            Ok(settle(queue.enqueue(&ids, delay, Some(seconds(timeout))))?.is_some())
+            Ok(settle(queue.enqueue(&ids, delay, Some(seconds(timeout)), None))?.is_some())
         })
     }
 
@@ -220,7 +220,7 @@ impl RedisQueue {
             let id = id_bytes(id, &at(F, 2, "id"))?;
             let score = score.get(&at(F, 3, "score"), "float")?;
             let timeout = timeout.get(&at(F, 4, "timeout"))?;
-            Ok(settle(queue.dequeue(&id, score, Some(seconds(timeout))))?.unwrap_or(false))
+            Ok(settle(queue.dequeue(&id, score, Some(seconds(timeout)), None))?.unwrap_or(false))
         })
     }
 
@@ -320,7 +320,7 @@ impl RedisQueue {
             let id = id_bytes(id, &at(F, 2, "id"))?;
             let receipt = String::from_utf8_lossy(&receipt.get(&at(F, 3, "receipt"))?).into_owned();
             let delay = delay.get(&at(F, 4, "delay"), "int|float")?;
-            Ok(settle(queue.nack(&id, &receipt, delay))?.unwrap_or(false))
+            Ok(settle(queue.nack(&id, &receipt, delay, None))?.unwrap_or(false))
         })
     }
 

@@ -171,7 +171,12 @@ class Task:
 @final
 class Queue:
     """A task queue: the sorted set ``prefix + name`` (default ``Queue:<name>``,
-    shared with legacy PHP ``RedisQueue``), score = due time in unix seconds."""
+    shared with legacy PHP ``RedisQueue``), score = due time in unix seconds.
+
+    While a legacy PHP client holds the queue lock ``Lock:Queue:<name>`` (for
+    the few round trips of its operation), calls that change the queue wait
+    for it: up to 10 s, or ``wait`` if that is longer, then ``LockTimeout``.
+    Ctrl-C interrupts that wait too."""
 
     def __new__(
         cls,

@@ -48,8 +48,10 @@ pub fn quick<T: Send>(
     py.detach(f).map_err(|e| signal_or(py, e))
 }
 
-/// A signal arriving during a socket read makes it fail (EINTR); report the
-/// signal (e.g. KeyboardInterrupt), not the broken read it caused.
+/// A call that failed while a signal's handler raised (Ctrl-C during a
+/// connect, say): report the signal (e.g. KeyboardInterrupt), not the error.
+/// (Round trips themselves are not cut short by signals: see the core's
+/// `signals.rs`.)
 fn signal_or(py: Python<'_>, e: ferrolock::Error) -> PyErr {
     match py.check_signals() {
         Err(signal_error) => signal_error,

@@ -51,7 +51,9 @@ impl PyTask {
         let (queue, task) = (self.queue.clone(), self.task.clone());
         match self.origin {
             Origin::Popped => Ok(true),
-            Origin::Peeked => quick(py, move || queue.dequeue(&task.id, task.score, None)),
+            Origin::Peeked => blocking(py, None, move |hook| {
+                queue.dequeue(&task.id, task.score, None, hook)
+            }),
             Origin::Reserved => quick(py, move || {
                 queue.ack(&task.id, task.receipt.as_deref().unwrap_or(""))
             }),
@@ -64,12 +66,14 @@ impl PyTask {
         let delay = validate::offset(delay, "delay").py()?;
         let (queue, task) = (self.queue.clone(), self.task.clone());
         match self.origin {
-            Origin::Popped => quick(py, move || {
-                queue.enqueue(&[&task.id], delay, None).map(|n| n == 1)
+            Origin::Popped => blocking(py, None, move |hook| {
+                queue
+                    .enqueue(&[&task.id], delay, None, hook)
+                    .map(|n| n == 1)
             }),
             Origin::Peeked => Ok(false),
-            Origin::Reserved => quick(py, move || {
-                queue.nack(&task.id, task.receipt.as_deref().unwrap_or(""), delay)
+            Origin::Reserved => blocking(py, None, move |hook| {
+                queue.nack(&task.id, task.receipt.as_deref().unwrap_or(""), delay, hook)
             }),
         }
     }
@@ -182,7 +186,7 @@ impl PyQueue {
                 .collect::<PyResult<_>>()?
         };
         let queue = self.inner.clone();
-        quick(py, move || queue.enqueue(&ids, delay, None))
+        blocking(py, None, move |hook| queue.enqueue(&ids, delay, None, hook))
     }
 
     /// Take due tasks (see the stub for the return shapes).
@@ -213,7 +217,7 @@ impl PyQueue {
     fn dequeue(&self, py: Python<'_>, id: &Bound<'_, PyAny>, score: f64) -> PyResult<bool> {
         let id = str_bytes(id, "id")?;
         let queue = self.inner.clone();
-        quick(py, move || queue.dequeue(&id, score, None))
+        blocking(py, None, move |hook| queue.dequeue(&id, score, None, hook))
     }
 
     /// Reserve one due task until acked (see the stub).

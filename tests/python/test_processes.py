@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from ferrolock import Lock, LockNotOwnedError
+from ferrolock import Lock, LockNotOwnedError, Queue
 
 CHILD = r"""
 import os, sys
@@ -59,6 +59,23 @@ def test_ctrl_c_interrupts_a_blocked_acquire(url, name):
     holder.release()
     assert waiter.acquire(blocking=False), "state clean: the waiter can lock afterwards"
     waiter.release()
+
+
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="needs main thread")
+def test_ctrl_c_interrupts_a_queue_call_waiting_for_a_legacy_queue_lock(url, r, name):
+    queue = Queue(name)
+    queue.enqueue("t")
+    task = queue.top()
+    r("SET", f"Lock:Queue:{name}", "legacy", "EX", "60")  # a legacy client mid-operation
+    for call in (lambda: queue.enqueue("u"), lambda: queue.dequeue("t", task.score), task.ack):
+        timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
+        timer.start()
+        start = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            call()  # would wait up to 10 s for the legacy lock
+        assert time.monotonic() - start < 0.3 + 0.5
+    r("DEL", f"Lock:Queue:{name}")
+    assert [t.id for t in queue.pop(5)] == ["t"], "nothing was done"
 
 
 def _child_after_fork(lock: Lock, conn) -> None:
