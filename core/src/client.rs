@@ -311,11 +311,8 @@ impl Client {
         context: &str,
         mut op: impl FnMut(&mut Conn) -> RedisResult<T>,
     ) -> Result<T> {
-        // A signal must not cut a round trip short: Redis would have run the
-        // command, and its reply would be lost (see `signals.rs`).
-        let _signals = crate::signals::Deferred::new();
         let (mut conn, reused, epoch) = self.checkout().map_err(|e| e.context(context))?;
-        match op(&mut conn) {
+        match deferring_signals(|| op(&mut conn)) {
             Ok(v) => {
                 self.checkin(conn, epoch);
                 Ok(v)
@@ -325,7 +322,7 @@ impl Client {
                 self.forget_topology(&e);
                 let epoch = self.idle().epoch;
                 let mut fresh = self.connect().map_err(|e| e.context(context))?;
-                match op(&mut fresh) {
+                match deferring_signals(|| op(&mut fresh)) {
                     Ok(v) => {
                         self.checkin(fresh, epoch);
                         Ok(v)
@@ -395,7 +392,7 @@ impl Client {
     }
 
     /// Drops cached topology after an error that suggests it changed.
-    fn forget_topology(&self, e: &redis::RedisError) {
+    pub(crate) fn forget_topology(&self, e: &redis::RedisError) {
         let mut idle = self.idle();
         if let Some(view) = idle.sentinel.as_mut() {
             // The master may have moved: re-ask the sentinels (and check
@@ -848,6 +845,14 @@ fn parse_cluster_slots(raw: &[redis::Value]) -> SlotMap {
 }
 
 /// A reused connection that fails like this was closed while idle.
+/// Runs one round trip with signals deferred: a signal must not cut it short,
+/// Redis would have run the command and its reply would be lost (see
+/// `signals.rs`). Connecting is left interruptible: nothing was sent yet.
+fn deferring_signals<T>(op: impl FnOnce() -> T) -> T {
+    let _signals = crate::signals::Deferred::new();
+    op()
+}
+
 pub(crate) fn is_stale(e: &redis::RedisError) -> bool {
     e.is_connection_dropped() || e.is_connection_refusal()
 }

@@ -11,9 +11,13 @@
 //! So each round trip runs with the asynchronous signals blocked on its thread
 //! ([`Deferred`]): a signal sent meanwhile stays pending, or is taken by
 //! another thread, and its handler runs as soon as the round trip is over,
-//! at most one command timeout later (`Client::run`, and subscribing in
-//! `wait.rs`). Waits between attempts are not covered: they listen in short
-//! slices and consult the caller's interrupt hook, so Ctrl-C stops them.
+//! at most one command timeout later (`Client::run`'s commands, and
+//! subscribing in `wait.rs`; on a cluster, the redis crate's own retries of a
+//! command, with their pauses, count as part of it). Connecting (DNS, TCP,
+//! handshake, a Sentinel lookup) stays interruptible: nothing was sent yet, so
+//! an interrupted connect fails harmlessly. Waits between attempts are not
+//! covered either: they listen in short slices and consult the caller's
+//! interrupt hook, so Ctrl-C stops them.
 //!
 //! ferrolock's own threads (the watchdog) block these signals for good
 //! ([`block_in_this_thread`]): a signal meant for the application is never

@@ -236,14 +236,13 @@ pub(crate) fn subscribed(
     channel: &[u8],
     context: &str,
 ) -> Result<Subscriber> {
-    let _signals = crate::signals::Deferred::new();
     let timeout = client.command_timeout();
     let mut sub = client
         .checkout_subscriber(node_key, Pooled::Reuse)
         .map_err(|e| e.context(context))?;
     match subscribe(&mut sub, channel, timeout) {
         Ok(()) => return Ok(sub),
-        Err(e) if sub.reused && is_stale(&e) => {}
+        Err(e) if sub.reused && is_stale(&e) => client.forget_topology(&e),
         Err(e) => return Err(Error::from_redis(context, e)),
     }
     let mut sub = client
@@ -255,8 +254,10 @@ pub(crate) fn subscribed(
 
 /// SUBSCRIBE (in the same write as the UNSUBSCRIBE of a leftover channel),
 /// then wait for its confirmation (push frames of earlier, finished waits on
-/// this connection are skipped).
+/// this connection are skipped). Signals are deferred meanwhile, as for any
+/// round trip (`signals.rs`).
 fn subscribe(sub: &mut Subscriber, channel: &[u8], timeout: Duration) -> redis::RedisResult<()> {
+    let _signals = crate::signals::Deferred::new();
     let conn = &mut sub.conn;
     conn.set_read_timeout(Some(timeout))?;
     let mut packed = Vec::new();
