@@ -303,16 +303,25 @@ impl Queue {
     }
 
     /// The first `count` due tasks: the ones [`Queue::pop`] would take, left
-    /// in place (expired reservations are given back first, as pop does).
+    /// in place (expired reservations are given back first, as pop does, and
+    /// waiting consumers told).
     pub fn top(&self, count: usize) -> Result<Vec<Task>> {
         if count == 0 {
             return Err(Error::invalid("count must be >= 1, got 0"));
         }
         let k = &self.keys;
         let call = QUEUE_TOP
-            .call(&[&k.queue, self.legacy_key(), &k.inflight, &k.receipts])
+            .call(&[
+                &k.queue,
+                self.legacy_key(),
+                &k.inflight,
+                &k.receipts,
+                &k.waiters,
+                &k.leases,
+            ])
             .arg(count)
-            .arg(self.check_legacy);
+            .arg(self.check_legacy)
+            .arg(&k.channel);
         let items: Vec<Value> = self.client.run(&self.label, |c| call.query(c.like()))?;
         parse_pairs(&items).map_err(|e| e.context(&self.label))
     }
