@@ -77,9 +77,12 @@ impl Lease {
         Duration::from_millis(self.ttl_ms.load(Ordering::Acquire))
     }
 
-    fn confirmed(&self, sent: Instant) {
-        self.valid_until
-            .fetch_max(since_epoch(sent + self.ttl()), Ordering::AcqRel);
+    /// A renewal to `ttl_ms`, sent at `sent`, succeeded.
+    fn confirmed(&self, sent: Instant, ttl_ms: u64) {
+        self.valid_until.fetch_max(
+            since_epoch(sent + Duration::from_millis(ttl_ms)),
+            Ordering::AcqRel,
+        );
     }
 }
 
@@ -253,7 +256,7 @@ fn run() {
         }
         drop(st);
         let groups: Vec<Vec<Arc<Lease>>> = groups.into_values().collect();
-        let results: Vec<(Arc<Lease>, Option<bool>)> = if groups.len() == 1 {
+        let results: Vec<(Arc<Lease>, Renewal)> = if groups.len() == 1 {
             groups.into_iter().flat_map(renew_batch).collect()
         } else {
             // One thread per client: a server that does not answer must not
@@ -286,15 +289,16 @@ fn run() {
             };
             let ttl = lease.ttl();
             match outcome {
-                Some(true) => entry.due = now + ttl / 3,
-                Some(false) => {
+                Renewal::Done => entry.due = now + ttl / 3,
+                Renewal::Stale => entry.due = now,
+                Renewal::Gone => {
                     lease.lost.store(true, Ordering::Release);
                     lease.active.store(false, Ordering::Release);
                 }
                 // Could not tell (error): try again soon. is_lost() turns true
                 // by itself once the validity runs out.
-                None if lease.is_lost() => lease.active.store(false, Ordering::Release),
-                None => entry.due = now + RETRY_AFTER_ERROR.min(ttl / 10),
+                Renewal::Failed if lease.is_lost() => lease.active.store(false, Ordering::Release),
+                Renewal::Failed => entry.due = now + RETRY_AFTER_ERROR.min(ttl / 10),
             }
         }
     }
@@ -304,20 +308,37 @@ fn client_id(client: &Client) -> *const () {
     client.pool_id()
 }
 
+/// How one lease's renewal went.
+enum Renewal {
+    /// Renewed to the lease's current TTL.
+    Done,
+    /// Renewed, but to a TTL an `extend()` has changed meanwhile: which one
+    /// Redis applied last is unknown, so renew again at once.
+    Stale,
+    /// The lock is gone.
+    Gone,
+    /// Unknown (an error).
+    Failed,
+}
+
 /// Renews `leases` (all of one client) in one pipelined round trip.
-/// `Some(true)` renewed, `Some(false)` the lock is gone, `None` unknown (error).
-fn renew_batch(leases: Vec<Arc<Lease>>) -> Vec<(Arc<Lease>, Option<bool>)> {
+fn renew_batch(leases: Vec<Arc<Lease>>) -> Vec<(Arc<Lease>, Renewal)> {
     let Some(first) = leases.first() else {
         return Vec::new();
     };
     let client = first.client.clone();
+    let ttls: Vec<u64> = leases
+        .iter()
+        .map(|l| l.ttl_ms.load(Ordering::Acquire))
+        .collect();
     let calls: Vec<_> = leases
         .iter()
-        .map(|l| {
+        .zip(&ttls)
+        .map(|(l, ttl_ms)| {
             LOCK_EXTEND
                 .call(&[&l.key, &l.fence])
                 .arg(&l.token)
-                .arg(l.ttl_ms.load(Ordering::Acquire))
+                .arg(*ttl_ms)
         })
         .collect();
     let sent = Instant::now();
@@ -326,18 +347,23 @@ fn renew_batch(leases: Vec<Arc<Lease>>) -> Vec<(Arc<Lease>, Option<bool>)> {
         Ok(values) if values.len() == leases.len() => leases
             .into_iter()
             .zip(values)
-            .map(|(l, v)| {
+            .zip(ttls)
+            .map(|((l, v), ttl_ms)| {
                 let outcome = match v {
                     redis::Value::Int(1) => {
-                        l.confirmed(sent);
-                        Some(true)
+                        l.confirmed(sent, ttl_ms);
+                        if l.ttl_ms.load(Ordering::Acquire) == ttl_ms {
+                            Renewal::Done
+                        } else {
+                            Renewal::Stale
+                        }
                     }
-                    redis::Value::Int(0) => Some(false),
-                    _ => None,
+                    redis::Value::Int(0) => Renewal::Gone,
+                    _ => Renewal::Failed,
                 };
                 (l, outcome)
             })
             .collect(),
-        _ => leases.into_iter().map(|l| (l, None)).collect(),
+        _ => leases.into_iter().map(|l| (l, Renewal::Failed)).collect(),
     }
 }
