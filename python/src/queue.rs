@@ -93,7 +93,13 @@ impl PyTask {
         let _ = (exc, tb);
         if exc_type.is_some_and(|t| !t.is_none()) {
             // Best effort: if it fails, the visibility timeout returns the task.
-            let _ = self.nack(py, 0.0);
+            // A KeyboardInterrupt (or SystemExit) raised by a signal handler
+            // while it waited is not an error of the nack: it goes on up.
+            if let Err(e) = self.nack(py, 0.0)
+                && !e.is_instance_of::<pyo3::exceptions::PyException>(py)
+            {
+                return Err(e);
+            }
         } else {
             self.ack(py)?;
         }

@@ -78,6 +78,20 @@ def test_ctrl_c_interrupts_a_queue_call_waiting_for_a_legacy_queue_lock(url, r, 
     assert [t.id for t in queue.pop(5)] == ["t"], "nothing was done"
 
 
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="needs main thread")
+def test_ctrl_c_during_a_task_s_nack_on_error_is_not_swallowed(url, r, name):
+    queue = Queue(name)
+    queue.enqueue("t")
+    task = queue.reserve()
+    r("SET", f"Lock:Queue:{name}", "legacy", "EX", "60")  # the nack will wait for it
+    timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        with task:
+            raise ValueError("processing failed")  # -> nack, waiting for the legacy lock
+    r("DEL", f"Lock:Queue:{name}")
+
+
 def _child_after_fork(lock: Lock, conn) -> None:
     try:
         owned_locally = lock.token is not None
