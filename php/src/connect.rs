@@ -228,8 +228,12 @@ pub fn settings(param: Option<&Zval>, function: &'static str) -> PhpResult<Setti
     for (key, value) in array.iter() {
         let key = key.to_string();
         let key = key.as_str();
+        // A value held by reference (`'host' => &$host`, or left so by
+        // `foreach ($config as &$v)`) counts as the value it refers to.
+        let value = value.dereference();
         match key {
-            "url" => url = text(key, value, false)?,
+            // Secret: a URL may carry a password.
+            "url" => url = text(key, value, true)?,
             "host" => parts.host = text(key, value, false)?,
             "port" => parts.port = port(key, value)?,
             "username" | "user" => {

@@ -138,4 +138,14 @@ foreach ([(string) $u['port'], " {$u['port']} ", (float) $u['port']] as $port) {
 }
 $c = new RedisQueue(['host' => $u['host'], 'port' => $u['port'], 'database' => null, 'password' => null]);
 assert($c->len(uniq('array-null')) === 0);
+// Values held by reference count as the values they refer to.
+$config = ['host' => $u['host'], 'port' => $u['port'], 'database' => null];
+foreach ($config as &$value) {
+}
+unset($value);
+$host = $u['host'];
+$config['host'] = &$host;
+$c = new RedisLock($config);
+$n = uniq('array-ref');
+assert($c->lock($n) === true && $c->unlock($n) === true);
 ok('connection arrays: bad values throw RedisLockException naming the key');
