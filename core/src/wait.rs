@@ -28,7 +28,9 @@
 //! stuck (stopped process) is dropped when its lease runs out (it renews the
 //! lease at every re-check). After a failover or a slot migration a waiter
 //! notices at its next re-check that it listens in the wrong place and
-//! subscribes again.
+//! subscribes again; a waiter whose subscription connection breaks (a
+//! proxy's idle cut, CLIENT KILL, a crashed master) subscribes again at once,
+//! and gives up only if it cannot.
 //!
 //! While waiting, the caller re-checks at least every `recheck` interval (and
 //! exactly when the holder's TTL runs out, so a crashed holder's lock is taken
@@ -192,8 +194,8 @@ pub(crate) fn wait_loop<W: Waiting>(
             }
             // Timed out: deregister; a hand-over that raced the deadline counts.
             Ok(Step::TimedOut) => w.leave(&waiter_id, Leaving::TimedOut),
-            // The subscription is on a node that no longer serves the key:
-            // deregister and start over with a subscription in the right place.
+            // The subscription is on a node that no longer serves the key, or
+            // it broke: deregister and start over with a new subscription.
             Ok(Step::Resubscribe) => match w.leave(&waiter_id, Leaving::TimedOut) {
                 Ok(Some(v)) => Ok(Some(v)),
                 Ok(None) => {
@@ -315,10 +317,20 @@ fn run<W: Waiting>(
             }
             pause = pause.min(left);
         }
-        if let Some(message) = listen(&mut sub.conn, channel, pause, spec.interrupt, spec.label)?
-            && let Some(v) = w.granted(&message)
-        {
-            return Ok(Step::Done(v));
+        match listen(&mut sub.conn, channel, pause, spec.interrupt, spec.label) {
+            Ok(Some(message)) => {
+                if let Some(v) = w.granted(&message) {
+                    return Ok(Step::Done(v));
+                }
+            }
+            Ok(None) => {}
+            Err(e) if e.is_interrupted() => return Err(e),
+            // The subscription broke (a proxy's idle cut, CLIENT KILL, a
+            // failover): nothing can have been granted since (a hand-over
+            // needs a live subscription, and `leave` collects one made just
+            // before), so subscribe again, on a new connection. If the server
+            // is gone, that fails and ends the wait.
+            Err(_) => return Ok(Step::Resubscribe),
         }
     }
 }
