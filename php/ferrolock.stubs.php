@@ -51,8 +51,10 @@ class RedisLock
     /**
      * @param string|array|null $param Redis URL, connection array, or null.
      *        Array extras: 'servers' => [url, ...] switches to Redlock over
-     *        those masters (waits poll, locks are not auto-renewed, and
-     *        fewer than a majority answering throws RedisLockException);
+     *        those (distinct) masters (waiters are woken by the release,
+     *        each master has a tenth of the lifetime to answer a request,
+     *        locks are not auto-renewed, and fewer than a majority answering
+     *        throws RedisLockException);
      *        'fair' => true serves waiters in arrival order; 'auto_renew' =>
      *        true renews held locks every expire/3 in the background (both
      *        for a single server only); 'prefix' => key prefix (default 'Lock:').

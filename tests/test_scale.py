@@ -42,6 +42,31 @@ def holders(servers, key: str) -> int:
     return count
 
 
+def test_redlock_refuses_a_master_listed_twice(masters):
+    urls = urls_of(masters)
+    with pytest.raises(ValueError, match="listed twice"):
+        Redlock("rl", [urls[0], urls[1], urls[0]])
+
+
+def test_redlock_is_not_held_up_by_a_hung_master(masters):
+    three = masters[:3]
+    urls = [s.url for s in three]  # the default 3 s timeouts: longer than the TTL
+    warm = Redlock("hung", urls, ttl=2)
+    assert warm.acquire(blocking=False)  # connections to all three are pooled
+    warm.release()
+    os.kill(three[2].proc.pid, signal.SIGSTOP)  # stopped: accepts, never answers
+    try:
+        lock = Redlock("hung", urls, ttl=2)
+        assert lock.acquire(timeout=8), "the two live masters are a quorum"
+        assert lock.owned() and not lock.lost
+        lock.release()
+        assert holders(three[:2], "Lock:hung") == 0
+        with Redlock("hung", urls, ttl=2, timeout=8):
+            pass
+    finally:
+        os.kill(three[2].proc.pid, signal.SIGCONT)
+
+
 def test_redlock_quorum(masters):
     urls = urls_of(masters)
     lock = Redlock("rl", urls, ttl=10)

@@ -10,6 +10,14 @@
 //! is down would): waiting would only retry against servers that are down.
 //! Extend re-checks the quorum and the validity the same way.
 //!
+//! A master that hangs (stopped, or behind a link that drops packets) must not
+//! hold the others up: as the algorithm asks, each master gets a time small
+//! against the TTL ([`Redlock::master_budget`]: a tenth of it, at least
+//! [`MIN_MASTER_BUDGET`]) to answer each request, after which it counts as
+//! not answering. Its request goes on in the background until the client's
+//! own timeouts end it, and until then that master is skipped (at most one
+//! abandoned request per master).
+//!
 //! # Waiting
 //!
 //! A waiter subscribes on every master that answers and registers there as a
@@ -26,8 +34,9 @@
 //! subscribe at all, it pauses a random time of at most [`RETRY_MAX`].
 
 use std::cell::Cell;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use crate::client::{Client, Subscriber, lock};
@@ -44,9 +53,21 @@ const RETRY_MAX: Duration = Duration::from_millis(50);
 /// Longest pause between two attempts of a waiter listening on a master.
 const NOTIFIED_RECHECK: Duration = Duration::from_millis(250);
 
+/// The least time a master is given to answer one request.
+pub const MIN_MASTER_BUDGET: Duration = Duration::from_millis(50);
+
+/// States of one request to a master (see [`Redlock::master_budget`]).
+const RUNNING: u8 = 0;
+const DONE: u8 = 1;
+const ABANDONED: u8 = 2;
+
 /// A lock held on a majority of independent Redis masters.
 pub struct Redlock {
     clients: Vec<Client>,
+    /// Per master: the pid of a process that gave up waiting for a request
+    /// still in flight there (0: none). A pid, so that a forked child does not
+    /// inherit its parent's.
+    abandoned: Vec<Arc<AtomicU32>>,
     keys: LockKeys,
     name: Vec<u8>,
     label: String,
@@ -78,6 +99,20 @@ impl Redlock {
         if clients.is_empty() {
             return Err(Error::invalid("Redlock needs at least one Redis URL"));
         }
+        // A master listed twice would vote twice: one server could make a
+        // quorum on its own. (Two names of one host, e.g. localhost and
+        // 127.0.0.1, cannot be told apart here.)
+        for (i, a) in clients.iter().enumerate() {
+            if let Some(b) = clients[..i]
+                .iter()
+                .find(|b| b.same_as(a) || b.redacted_url() == a.redacted_url())
+            {
+                return Err(Error::invalid(format!(
+                    "Redlock masters must be distinct servers: {} is listed twice",
+                    b.redacted_url()
+                )));
+            }
+        }
         if ttl < Duration::from_millis(1) || ttl.as_secs_f64() > validate::MAX_SECONDS {
             return Err(Error::invalid(format!(
                 "ttl must be between 0.001 s and ten years, got {ttl:?}"
@@ -87,6 +122,7 @@ impl Redlock {
             keys: LockKeys::new(prefix, name),
             label: label("redlock", name),
             name: name.to_vec(),
+            abandoned: clients.iter().map(|_| Arc::default()).collect(),
             clients,
             ttl,
             state: Mutex::new(None),
@@ -99,36 +135,123 @@ impl Redlock {
         self.clients.len() / 2 + 1
     }
 
-    /// Runs `op` on every master in parallel; one result per master, in order.
-    fn on_all<T: Send>(&self, op: impl Fn(&Client) -> Result<T> + Sync) -> Vec<Result<T>> {
-        self.on_each(|_, c| op(c))
+    /// How long each master has to answer one request: a tenth of the TTL,
+    /// at least [`MIN_MASTER_BUDGET`].
+    pub fn master_budget(&self) -> Duration {
+        (self.ttl / 10).max(MIN_MASTER_BUDGET)
     }
 
-    /// [`Self::on_all`], telling `op` the index of the master.
-    fn on_each<T: Send>(&self, op: impl Fn(usize, &Client) -> Result<T> + Sync) -> Vec<Result<T>> {
+    /// Runs `op` on every master in parallel; one result per master, in order.
+    fn on_all<T, F>(&self, op: F) -> Vec<Result<T>>
+    where
+        T: Send + 'static,
+        F: Fn(&Client) -> Result<T> + Send + Sync + 'static,
+    {
+        self.on_each(move |_, c| op(c))
+    }
+
+    /// [`Self::on_all`], telling `op` the index of the master. A master that
+    /// has not answered within [`Self::master_budget`] counts as not
+    /// answering (a `Timeout` error); its request is left to finish in the
+    /// background, and the master is skipped until it has.
+    fn on_each<T, F>(&self, op: F) -> Vec<Result<T>>
+    where
+        T: Send + 'static,
+        F: Fn(usize, &Client) -> Result<T> + Send + Sync + 'static,
+    {
         if self.clients.len() == 1 {
             return vec![op(0, &self.clients[0])];
         }
-        std::thread::scope(|s| {
-            let op = &op;
-            let handles: Vec<_> = self
-                .clients
-                .iter()
-                .enumerate()
-                .map(|(i, c)| s.spawn(move || op(i, c)))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(Error::new(
-                            ErrorKind::Redis,
-                            "redlock worker thread panicked",
-                        ))
-                    })
+        let budget = self.master_budget();
+        let deadline = Instant::now() + budget;
+        let pid = crate::fork::current_pid();
+        let op = Arc::new(op);
+        let (tx, rx) = mpsc::channel();
+        let mut results: Vec<Option<Result<T>>> = self.clients.iter().map(|_| None).collect();
+        // Per request: RUNNING, then DONE (by its thread) or ABANDONED (by us).
+        let mut requests: Vec<Option<Arc<AtomicU8>>> = self.clients.iter().map(|_| None).collect();
+        for (i, client) in self.clients.iter().enumerate() {
+            if self.abandoned[i].load(Ordering::Acquire) == pid {
+                results[i] = Some(Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "{}: {} has not answered an earlier request yet",
+                        self.label,
+                        client.redacted_url()
+                    ),
+                )));
+                continue;
+            }
+            let state = Arc::new(AtomicU8::new(RUNNING));
+            let (op, client, tx) = (op.clone(), client.clone(), tx.clone());
+            let (thread_state, abandoned) = (state.clone(), self.abandoned[i].clone());
+            let spawned = std::thread::Builder::new()
+                .name("ferrolock-redlock".into())
+                .spawn(move || {
+                    crate::signals::block_in_this_thread();
+                    let result =
+                        catch_unwind(AssertUnwindSafe(|| op(i, &client))).unwrap_or_else(|_| {
+                            Err(Error::new(
+                                ErrorKind::Redis,
+                                "redlock worker thread panicked",
+                            ))
+                        });
+                    if thread_state.swap(DONE, Ordering::AcqRel) == ABANDONED {
+                        abandoned.store(0, Ordering::Release);
+                    }
+                    let _ = tx.send((i, result));
+                });
+            match spawned {
+                Ok(_) => requests[i] = Some(state),
+                Err(e) => {
+                    results[i] = Some(Err(Error::new(
+                        ErrorKind::Redis,
+                        format!("{}: cannot start a thread: {e}", self.label),
+                    )))
+                }
+            }
+        }
+        drop(tx);
+        while results.iter().any(Option::is_none) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok((i, result)) => results[i] = Some(result),
+                Err(_) => break, // out of time (or every thread is done)
+            }
+        }
+        for (i, state) in requests.iter().enumerate() {
+            if results[i].is_some() {
+                continue;
+            }
+            if let Some(state) = state {
+                // Mark the master first: a thread finishing in between finds
+                // its request abandoned and clears the mark, or we do.
+                self.abandoned[i].store(pid, Ordering::Release);
+                if state
+                    .compare_exchange(RUNNING, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
+                    .is_err()
+                {
+                    self.abandoned[i].store(0, Ordering::Release);
+                }
+            }
+        }
+        results
+            .into_iter()
+            .zip(&self.clients)
+            .map(|(r, client)| {
+                r.unwrap_or_else(|| {
+                    Err(Error::new(
+                        ErrorKind::Timeout,
+                        format!(
+                            "{}: {} did not answer within {:?}",
+                            self.label,
+                            client.redacted_url(),
+                            budget
+                        ),
+                    ))
                 })
-                .collect()
-        })
+            })
+            .collect()
     }
 
     fn drift(&self) -> Duration {
@@ -166,11 +289,11 @@ impl Redlock {
                 None => vec![false; self.clients.len()],
             };
             let id = waiter.as_ref().map(|w| w.id.clone()).unwrap_or_default();
-            let k = &self.keys;
-            let replies = self.on_each(|i, c| {
+            let (k, label, owner) = (self.keys.clone(), self.label.clone(), token.to_string());
+            let replies = self.on_each(move |i, c| {
                 let waiter = if listening[i] { id.as_str() } else { "" };
-                let call = acquire_call(k, token, ttl_ms, waiter, false, lease_ms);
-                c.run(&self.label, |conn| call.query::<(i64, i64)>(conn.like()))
+                let call = acquire_call(&k, &owner, ttl_ms, waiter, false, lease_ms);
+                c.run(&label, |conn| call.query::<(i64, i64)>(conn.like()))
             });
             let elapsed = start.elapsed();
             if let Some(w) = waiter.as_mut() {
@@ -249,13 +372,15 @@ impl Redlock {
         let id = crate::new_token();
         let mut channel = self.keys.channel.clone();
         channel.extend_from_slice(id.as_bytes());
+        let answered: Vec<bool> = replies.iter().map(Result::is_ok).collect();
+        let (label, key, chan) = (self.label.clone(), self.keys.lock.clone(), channel.clone());
         let subs: Vec<Option<Sub>> = self
-            .on_each(|i, c| {
-                if replies[i].is_err() {
+            .on_each(move |i, c| {
+                if !answered[i] {
                     return Err(Error::new(ErrorKind::Connection, "did not answer"));
                 }
-                let context = format!("{}: waiting on {}", self.label, c.redacted_url());
-                wait::subscribed(c, &self.keys.lock, &channel, &context)
+                let context = format!("{label}: waiting on {}", c.redacted_url());
+                wait::subscribed(c, &key, &chan, &context)
             })
             .into_iter()
             .map(|r| {
@@ -292,13 +417,13 @@ impl Redlock {
 
     /// Releases `token` on every master; one reply per master (1: released).
     fn release_everywhere(&self, token: &str) -> Vec<Result<i64>> {
-        let k = &self.keys;
-        self.on_all(|c| {
+        let (k, label, token) = (self.keys.clone(), self.label.clone(), token.to_string());
+        self.on_all(move |c| {
             let call = LOCK_RELEASE
                 .call(&[&k.lock, &k.fence, &k.waiters, &k.leases])
-                .arg(token)
+                .arg(&token)
                 .arg(&k.channel);
-            c.run(&self.label, |conn| call.query::<i64>(conn.like()))
+            c.run(&label, |conn| call.query::<i64>(conn.like()))
         })
     }
 
@@ -369,13 +494,13 @@ impl Redlock {
             return Err(self.not_owned("this object does not hold it"));
         };
         let start = Instant::now();
-        let k = &self.keys;
-        let replies = self.on_all(|c| {
+        let (k, label, owner) = (self.keys.clone(), self.label.clone(), token.clone());
+        let replies = self.on_all(move |c| {
             let call = LOCK_EXTEND
                 .call(&[&k.lock, &k.fence])
-                .arg(&token)
+                .arg(&owner)
                 .arg(validate::millis(ttl));
-            c.run(&self.label, |conn| call.query::<i64>(conn.like()))
+            c.run(&label, |conn| call.query::<i64>(conn.like()))
         });
         if let Some(e) = self.unreachable(&replies) {
             self.release_everywhere(&token);
@@ -407,10 +532,10 @@ impl Redlock {
 
     /// True when a quorum of masters has the key (anyone holds it).
     pub fn locked(&self) -> Result<bool> {
-        let k = &self.keys;
-        let replies = self.on_all(|c| {
-            c.run(&self.label, |conn| {
-                redis::cmd("EXISTS").arg(&k.lock).query::<bool>(conn.like())
+        let (key, label) = (self.keys.lock.clone(), self.label.clone());
+        let replies = self.on_all(move |c| {
+            c.run(&label, |conn| {
+                redis::cmd("EXISTS").arg(&key).query::<bool>(conn.like())
             })
         });
         if let Some(e) = self.unreachable(&replies) {
@@ -428,11 +553,11 @@ impl Redlock {
         if self.lost() {
             return Ok(false);
         }
-        let k = &self.keys;
-        let replies = self.on_all(|c| {
-            c.run(&self.label, |conn| {
+        let (key, label) = (self.keys.lock.clone(), self.label.clone());
+        let replies = self.on_all(move |c| {
+            c.run(&label, |conn| {
                 redis::cmd("GET")
-                    .arg(&k.lock)
+                    .arg(&key)
                     .query::<Option<Vec<u8>>>(conn.like())
             })
         });

@@ -127,8 +127,11 @@ class Lock(_LockBase):
 class Redlock(_LockBase):
     """A lock over several independent Redis masters (the Redlock algorithm):
     acquired when a majority (N//2+1) granted it and the validity left,
-    ``ttl - elapsed - drift``, is positive. Waits retry with a random pause.
-    Never auto-renewed: ``extend()`` before the ttl runs out. Raises
+    ``ttl - elapsed - drift``, is positive. Each master has a tenth of the
+    ttl (at least 50 ms) to answer each request, so a hung master does not
+    hold the others up. ``urls`` must name distinct servers. A waiter is woken
+    by the release on its masters (re-checking every 250 ms). Never
+    auto-renewed: ``extend()`` before the ttl runs out. Raises
     :class:`ConnectionError` when fewer than a majority of masters answer."""
 
     def __new__(
