@@ -2,7 +2,9 @@
 # The same commands run in CI (.ci/run calls `make test`).
 
 SHELL := /bin/bash
-PYTHON ?= python3
+# The virtualenv scripts/setup.sh makes when python3 refuses pip installs
+# (Debian's own Python), else python3. Evaluated when used: after setup.
+PYTHON ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
 PHP_EXT := target/release/libferrolock_php.so
 export CARGO_TERM_COLOR ?= never
 

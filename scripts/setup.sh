@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Installs everything ferrolock's build, tests, demo and benchmarks need on a
-# Debian 12 machine that already has Rust (rustup) and Python 3 with pip.
+# Debian 12 machine that already has Rust (rustup) and Python 3.
 # Idempotent: packages already present are not reinstalled.
+# Python packages go to the Python that runs the tests ($PYTHON, else
+# python3), unless it is one that refuses pip installs (Debian's own Python,
+# PEP 668): then to the virtualenv ./.venv, which the Makefile then uses.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(redis-server redis-tools php8.2-cli php8.2-dev php8.2-redis libclang-dev clang openssl)
 PIP_PACKAGES=(maturin pytest pytest-timeout hypothesis mypy ruff redis python-redis-lock matplotlib)
@@ -22,6 +26,22 @@ fi
 # start their own servers on free ports, so the system one is left alone.
 
 PY=${PYTHON:-python3}
+externally_managed() {
+  "$1" - <<'PYEOF'
+import os, sys, sysconfig
+marker = os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")
+sys.exit(0 if sys.prefix == sys.base_prefix and os.path.exists(marker) else 1)
+PYEOF
+}
+if externally_managed "$PY"; then
+  echo "setup: $PY refuses pip installs (PEP 668); using the virtualenv .venv"
+  if ! "$PY" -c 'import ensurepip' 2>/dev/null; then
+    sudo_if_needed apt-get update -q
+    sudo_if_needed env DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-venv
+  fi
+  [ -x .venv/bin/python ] || "$PY" -m venv .venv
+  PY=.venv/bin/python
+fi
 if ! "$PY" - "${PIP_PACKAGES[@]}" <<'PYEOF'
 import importlib.metadata as m, sys
 def has(p):
