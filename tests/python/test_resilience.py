@@ -166,11 +166,23 @@ def test_acl_user_restricted_to_the_needed_commands_and_keys():
         threading.Timer(0.2, holder.release).start()
         assert waiter.acquire(timeout=5), "waiting (subscribe, publish) works under the ACL"
         waiter.release()
-        queue = Queue("acl", url=url)
-        queue.enqueue(["a", "b"])
+        with Lock("acl-renewed", url=url, ttl=0.3, reentrant=True) as renewed:  # watchdog
+            with renewed:
+                time.sleep(0.5)
+            assert renewed.owned() and renewed.locked() and renewed.fencing_token
+            renewed.extend(1)
+        queue = Queue("acl", url=url, visibility=0.1)
+        queue.enqueue(["a", "b", "c"])
         with queue.reserve() as task:
             assert task.id == "a"
-        assert queue.pop().id == "b"
+        lapsed = queue.reserve()
+        time.sleep(0.2)
+        assert queue.top().id == lapsed.id, "reclaimed by top"
+        assert queue.reserve().nack(), "b goes back, due now: behind c"
+        assert queue.top().ack(), "c dequeued"
+        assert queue.pop().id == "b" and len(queue) == 0
+        threading.Timer(0.2, lambda: Queue("acl", url=url).enqueue("d")).start()
+        assert queue.pop(wait=5).id == "d", "waiting for work works under the ACL"
         with pytest.raises(ferrolock.ConnectionError, match=r"(?i)noperm|permission"):
             Lock("x", url=url, prefix="Other:").acquire(blocking=False)
 
