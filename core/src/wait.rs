@@ -48,6 +48,10 @@ pub const DEFAULT_RECHECK: Duration = Duration::from_secs(1);
 /// How often an interrupt hook is consulted while waiting.
 pub const INTERRUPT_SLICE: Duration = Duration::from_millis(50);
 
+/// How many broken subscriptions one wait replaces before it gives up with
+/// the last error (a server that keeps closing them is not worth hammering).
+const MAX_BROKEN_SUBSCRIPTIONS: u32 = 8;
+
 /// A caller-supplied check run while waiting; an `Err` aborts the wait with that
 /// error (the Python binding raises `KeyboardInterrupt` through it).
 pub type Interrupt<'a> = &'a (dyn Fn() -> Result<()> + 'a);
@@ -177,6 +181,7 @@ pub(crate) fn wait_loop<W: Waiting>(
         label: &context,
         ..spec
     };
+    let mut broken = 0;
     loop {
         let waiter_id = crate::new_token();
         let mut channel = channel_prefix.to_vec();
@@ -194,16 +199,25 @@ pub(crate) fn wait_loop<W: Waiting>(
             }
             // Timed out: deregister; a hand-over that raced the deadline counts.
             Ok(Step::TimedOut) => w.leave(&waiter_id, Leaving::TimedOut),
+            Ok(Step::Broken(e)) if broken >= MAX_BROKEN_SUBSCRIPTIONS => {
+                let _ = w.leave(&waiter_id, Leaving::Abandoned);
+                Err(e)
+            }
             // The subscription is on a node that no longer serves the key, or
             // it broke: deregister and start over with a new subscription.
-            Ok(Step::Resubscribe) => match w.leave(&waiter_id, Leaving::TimedOut) {
-                Ok(Some(v)) => Ok(Some(v)),
-                Ok(None) => {
-                    let _ = sub.conn.unsubscribe_resp3(&channel);
-                    continue;
+            Ok(step @ (Step::Resubscribe | Step::Broken(_))) => {
+                match w.leave(&waiter_id, Leaving::TimedOut) {
+                    Ok(Some(v)) => Ok(Some(v)),
+                    Ok(None) => {
+                        if matches!(step, Step::Broken(_)) {
+                            broken += 1;
+                        }
+                        let _ = sub.conn.unsubscribe_resp3(&channel);
+                        continue;
+                    }
+                    Err(e) => Err(e),
                 }
-                Err(e) => Err(e),
-            },
+            }
             Err(e) => {
                 // Best effort: the lease expires anyway if this fails too.
                 let _ = w.leave(&waiter_id, Leaving::Abandoned);
@@ -224,7 +238,10 @@ pub(crate) fn wait_loop<W: Waiting>(
 enum Step<T> {
     Done(T),
     TimedOut,
+    /// It listens on a node that no longer serves the key.
     Resubscribe,
+    /// Its connection broke (this error).
+    Broken(Error),
 }
 
 /// A connection of `client` subscribed to `channel`, on the node serving
@@ -330,7 +347,7 @@ fn run<W: Waiting>(
             // needs a live subscription, and `leave` collects one made just
             // before), so subscribe again, on a new connection. If the server
             // is gone, that fails and ends the wait.
-            Err(_) => return Ok(Step::Resubscribe),
+            Err(e) => return Ok(Step::Broken(e)),
         }
     }
 }
