@@ -573,9 +573,11 @@ impl Client {
         let ctx = self.inner.config.redacted_url();
         let node = self.subscription_node(key)?;
         let mut idle = self.idle();
+        let mut closed = None;
         if pooled == Pooled::Discard {
-            // Closed with the one that just failed, most likely.
-            idle.subscribers.remove(&node);
+            // Closed with the one that just failed, most likely. (Dropped
+            // below, with the pool unlocked.)
+            closed = idle.subscribers.remove(&node);
         } else if let Some((conn, leftover)) = idle.subscribers.get_mut(&node).and_then(Vec::pop) {
             return Ok(Subscriber {
                 conn,
@@ -585,6 +587,7 @@ impl Client {
             });
         }
         drop(idle);
+        drop(closed);
         let client = match (&self.inner.backend, &node) {
             (Backend::Single(_) | Backend::Sentinel, _) => {
                 let client = match &self.inner.backend {
