@@ -112,6 +112,10 @@ def test_redlock_quorum(masters):
     with pytest.raises(LockTimeout):
         with Redlock("rl", urls, timeout=0.3):
             pass
+    for s in masters:
+        if s.proc is not None:
+            assert not s.cmd("SCAN", "0", "MATCH", "*Lock:rl:waiters", "COUNT", "1000")[1], \
+                "timed-out waiters deregistered"
     masters[3].stop()  # 2 of 5: the holder's release cannot be confirmed
     with pytest.raises(ferrolock.ConnectionError):
         holder.release()

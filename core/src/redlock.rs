@@ -660,33 +660,40 @@ impl Waiter {
         }
     }
 
-    /// Deregisters where registered; a key handed over meanwhile is kept
-    /// when the Redlock is `held` (it is part of the hold), else passed on.
-    /// Each subscription is left for the next user of its connection to drop
-    /// (as after a `Lock` wait), or dropped now if deregistering failed.
+    /// Deregisters where registered (on all those masters at once, each
+    /// within the master budget); a key handed over meanwhile is kept when
+    /// the Redlock is `held` (it is part of the hold), else passed on. Each
+    /// subscription is left for the next user of its connection to drop (as
+    /// after a `Lock` wait), or dropped now if deregistering failed.
     fn close(self, redlock: &Redlock, token: &str, held: bool) {
-        let k = &redlock.keys;
+        let registered: Vec<bool> = self
+            .subs
+            .iter()
+            .map(|s| s.as_ref().is_some_and(|s| s.registered))
+            .collect();
         let member = format!("{}|{}|{token}", self.id, validate::millis(redlock.ttl));
-        for (client, slot) in redlock.clients.iter().zip(self.subs) {
-            let Some(Sub {
-                mut sub,
-                registered,
-            }) = slot
-            else {
+        let (k, label, token) = (
+            redlock.keys.clone(),
+            redlock.label.clone(),
+            token.to_string(),
+        );
+        let left = redlock.on_each(move |i, client| {
+            if !registered[i] {
+                return Ok(());
+            }
+            let call = LOCK_LEAVE
+                .call(&[&k.lock, &k.fence, &k.waiters, &k.leases])
+                .arg(&member)
+                .arg(&token)
+                .arg(if held { "0" } else { "1" })
+                .arg(&k.channel);
+            client.run(&label, |c| call.query::<Vec<i64>>(c.like()).map(drop))
+        });
+        for ((client, slot), left) in redlock.clients.iter().zip(self.subs).zip(left) {
+            let Some(Sub { mut sub, .. }) = slot else {
                 continue;
             };
-            let left = !registered || {
-                let call = LOCK_LEAVE
-                    .call(&[&k.lock, &k.fence, &k.waiters, &k.leases])
-                    .arg(&member)
-                    .arg(token)
-                    .arg(if held { "0" } else { "1" })
-                    .arg(&k.channel);
-                client
-                    .run(&redlock.label, |c| call.query::<Vec<i64>>(c.like()))
-                    .is_ok()
-            };
-            if left {
+            if left.is_ok() {
                 sub.leftover = Some(self.channel.clone());
                 client.checkin_subscriber(sub);
             } else if sub.conn.unsubscribe_resp3(&self.channel).is_ok() {
