@@ -29,6 +29,10 @@
  * (string) does (a float with the `precision` ini: 0.1 + 0.2 is "0.3"), so
  * they name the same key as legacy code's "Lock:$name".
  *
+ * Optional numeric parameters also take null, read as 0, as the untyped
+ * legacy methods read it (a legacy wrapper forwarding its own null default
+ * keeps working).
+ *
  * Errors: invalid arguments the legacy classes answered with false/[] give
  * the same value plus an E_WARNING; wrong types throw TypeError; Redis
  * unreachable or failing throws RedisLockException.
@@ -78,7 +82,7 @@ class RedisLock
      * @return bool True when acquired. Not reentrant: a second lock() of a name
      *         this object holds fails (or waits), as in the legacy class.
      */
-    public function lock(string $name, int|float $timeout = 0, int $expire = 15, int $waitIntervalUs = 100000): bool {}
+    public function lock(string $name, int|float|null $timeout = 0, ?int $expire = 15, ?int $waitIntervalUs = 100000): bool {}
 
     /** Releases `$name` if this object holds it; false if it does not (anymore). */
     public function unlock(string $name): bool {}
@@ -120,10 +124,10 @@ class RedisQueue
      *
      * @param int $timeout Seconds to wait for a legacy client's queue lock.
      */
-    public function enqueue(string $name, string|int|array $id, int $timeout = 10, int|float $afterInterval = 0): bool {}
+    public function enqueue(string $name, string|int|array $id, ?int $timeout = 10, int|float|null $afterInterval = 0): bool {}
 
     /** Removes `$id` if its score is still exactly `$score`. */
-    public function dequeue(string $name, string|int $id, float $score, int $timeout = 10): bool {}
+    public function dequeue(string $name, string|int $id, float $score, ?int $timeout = 10): bool {}
 
     /**
      * Takes up to `$count` due tasks, lowest score first.
@@ -131,10 +135,10 @@ class RedisQueue
      * @return array|false `$count == 1`: ['id' => string, 'score' => float] or
      *         false; `$count > 1`: a list of those (maybe empty).
      */
-    public function pop(string $name, int $count = 1, int $timeout = 10): array|false {}
+    public function pop(string $name, ?int $count = 1, ?int $timeout = 10): array|false {}
 
     /** The tasks pop() would take, without taking them (same shapes). */
-    public function top(string $name, int $count = 1): array|false {}
+    public function top(string $name, ?int $count = 1): array|false {}
 
     /**
      * Extra: reserves one due task for `$visibility` seconds, waiting up to
@@ -143,13 +147,13 @@ class RedisQueue
      *
      * @return array|false ['id' => string, 'score' => float, 'receipt' => string]
      */
-    public function reserve(string $name, int|float $visibility = 30, int|float $wait = 0): array|false {}
+    public function reserve(string $name, int|float|null $visibility = 30, int|float|null $wait = 0): array|false {}
 
     /** Extra: acknowledges a reserved task; false when the reservation was lost. */
     public function ack(string $name, string|int $id, string $receipt): bool {}
 
     /** Extra: gives a reserved task back, due after `$delay` seconds. */
-    public function nack(string $name, string|int $id, string $receipt, int|float $delay = 0): bool {}
+    public function nack(string $name, string|int $id, string $receipt, int|float|null $delay = 0): bool {}
 
     /** Extra: number of queued tasks, due or delayed (reserved ones excluded). */
     public function len(string $name): int {}

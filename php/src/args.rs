@@ -174,6 +174,17 @@ impl<'a> FromZval<'a> for IntArg {
 }
 
 impl IntArg {
+    /// An optional parameter, which also takes `null`: `null` reads as 0, as
+    /// the untyped legacy methods read it (`null <= 0`, `$now + null`), so a
+    /// legacy wrapper that passes its own `null` default keeps working.
+    pub fn or_zero(arg: Option<IntArg>) -> IntArg {
+        match arg {
+            Some(IntArg(Err(got))) if got == "null" => IntArg(Ok(0)),
+            Some(a) => a,
+            None => IntArg(Ok(0)),
+        }
+    }
+
     /// The value, or PHP's TypeError.
     pub fn get(self, at: &At) -> PhpResult<i64> {
         self.0.map_err(|got| type_error(at, "int", &got))
@@ -214,6 +225,16 @@ impl<'a> FromZval<'a> for FloatArg {
 }
 
 impl FloatArg {
+    /// An optional parameter, which also takes `null` (read as 0, see
+    /// [`IntArg::or_zero`]).
+    pub fn or_zero(arg: Option<FloatArg>) -> FloatArg {
+        match arg {
+            Some(FloatArg(Err(got))) if got == "null" => FloatArg(Ok(0.0)),
+            Some(a) => a,
+            None => FloatArg(Ok(0.0)),
+        }
+    }
+
     /// The value, or PHP's TypeError (`expected` names the declared type).
     pub fn get(self, at: &At, expected: &str) -> PhpResult<f64> {
         self.0.map_err(|got| type_error(at, expected, &got))

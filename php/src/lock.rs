@@ -126,20 +126,24 @@ impl RedisLock {
     /// seconds (woken by notification; `$waitIntervalUs` caps re-checks; more
     /// than ten years waits ten years, i.e. as long as it takes);
     /// `$expire` is the lifetime in seconds, at least 5.
-    #[php(defaults(timeout = 0.into(), expire = 15.into(), waitIntervalUs = 100000.into()))]
+    #[php(defaults(
+        timeout = Some(0.into()),
+        expire = Some(15.into()),
+        waitIntervalUs = Some(100000.into())
+    ))]
     pub fn lock(
         &mut self,
         name: StrArg,
-        timeout: FloatArg,
-        expire: IntArg,
-        waitIntervalUs: IntArg,
+        timeout: Option<FloatArg>,
+        expire: Option<IntArg>,
+        waitIntervalUs: Option<IntArg>,
     ) -> PhpResult<bool> {
         guard(|| {
             const F: &str = "RedisLock::lock";
             let name = name.get(&at(F, 1, "name"))?;
-            let timeout = timeout.get(&at(F, 2, "timeout"), "int|float")?;
-            let expire = expire.get(&at(F, 3, "expire"))?;
-            let interval_us = waitIntervalUs.get(&at(F, 4, "waitIntervalUs"))?;
+            let timeout = FloatArg::or_zero(timeout).get(&at(F, 2, "timeout"), "int|float")?;
+            let expire = IntArg::or_zero(expire).get(&at(F, 3, "expire"))?;
+            let interval_us = IntArg::or_zero(waitIntervalUs).get(&at(F, 4, "waitIntervalUs"))?;
             if let Err(e) = validate::name(&name, "lock name") {
                 warn(e.message());
                 return Ok(false);

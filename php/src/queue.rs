@@ -165,13 +165,13 @@ impl RedisQueue {
     /// Adds one id or an array of ids, due `$afterInterval` seconds from now;
     /// ids already queued keep their score. `$timeout`: how long to wait for a
     /// legacy client's queue lock.
-    #[php(defaults(timeout = 10.into(), afterInterval = 0.into()))]
+    #[php(defaults(timeout = Some(10.into()), afterInterval = Some(0.into())))]
     pub fn enqueue(
         &mut self,
         name: StrArg,
         id: &Zval,
-        timeout: IntArg,
-        afterInterval: FloatArg,
+        timeout: Option<IntArg>,
+        afterInterval: Option<FloatArg>,
     ) -> PhpResult<bool> {
         guard(|| {
             const F: &str = "RedisQueue::enqueue";
@@ -186,8 +186,9 @@ impl RedisQueue {
                 ));
             }
             let ids = ids_of(id, &at(F, 2, "id"))?;
-            let timeout = timeout.get(&at(F, 3, "timeout"))?;
-            let delay = afterInterval.get(&at(F, 4, "afterInterval"), "int|float")?;
+            let timeout = IntArg::or_zero(timeout).get(&at(F, 3, "timeout"))?;
+            let delay =
+                FloatArg::or_zero(afterInterval).get(&at(F, 4, "afterInterval"), "int|float")?;
             if ids.is_empty() {
                 warn("no task id given");
                 return Ok(false);
@@ -204,13 +205,13 @@ impl RedisQueue {
     }
 
     /// Removes `$id` if its score is still exactly `$score`.
-    #[php(defaults(timeout = 10.into()))]
+    #[php(defaults(timeout = Some(10.into())))]
     pub fn dequeue(
         &mut self,
         name: StrArg,
         id: &Zval,
         score: FloatArg,
-        timeout: IntArg,
+        timeout: Option<IntArg>,
     ) -> PhpResult<bool> {
         guard(|| {
             const F: &str = "RedisQueue::dequeue";
@@ -219,19 +220,24 @@ impl RedisQueue {
             };
             let id = id_bytes(id, &at(F, 2, "id"))?;
             let score = score.get(&at(F, 3, "score"), "float")?;
-            let timeout = timeout.get(&at(F, 4, "timeout"))?;
+            let timeout = IntArg::or_zero(timeout).get(&at(F, 4, "timeout"))?;
             Ok(settle(queue.dequeue(&id, score, Some(seconds(timeout)), None))?.unwrap_or(false))
         })
     }
 
     /// Takes up to `$count` due tasks. `$count == 1`: `['id' => …, 'score' => …]`
     /// or false; more: a list of those (maybe empty).
-    #[php(defaults(count = 1.into(), timeout = 10.into()))]
-    pub fn pop(&mut self, name: StrArg, count: IntArg, timeout: IntArg) -> PhpResult<Zval> {
+    #[php(defaults(count = Some(1.into()), timeout = Some(10.into())))]
+    pub fn pop(
+        &mut self,
+        name: StrArg,
+        count: Option<IntArg>,
+        timeout: Option<IntArg>,
+    ) -> PhpResult<Zval> {
         guard(|| {
             const F: &str = "RedisQueue::pop";
-            let count = count.get(&at(F, 2, "count"))?;
-            let timeout = timeout.get(&at(F, 3, "timeout"))?;
+            let count = IntArg::or_zero(count).get(&at(F, 2, "count"))?;
+            let timeout = IntArg::or_zero(timeout).get(&at(F, 3, "timeout"))?;
             let Some((queue, n)) = self.open_counted(name, &at(F, 1, "name"), count)? else {
                 return Ok(Fallback::EmptyArray.zval());
             };
@@ -243,11 +249,11 @@ impl RedisQueue {
     }
 
     /// The tasks `pop` would take, without taking them (same shapes).
-    #[php(defaults(count = 1.into()))]
-    pub fn top(&mut self, name: StrArg, count: IntArg) -> PhpResult<Zval> {
+    #[php(defaults(count = Some(1.into())))]
+    pub fn top(&mut self, name: StrArg, count: Option<IntArg>) -> PhpResult<Zval> {
         guard(|| {
             const F: &str = "RedisQueue::top";
-            let count = count.get(&at(F, 2, "count"))?;
+            let count = IntArg::or_zero(count).get(&at(F, 2, "count"))?;
             let Some((queue, n)) = self.open_counted(name, &at(F, 1, "name"), count)? else {
                 return Ok(Fallback::EmptyArray.zval());
             };
@@ -262,20 +268,21 @@ impl RedisQueue {
     /// `$wait` seconds for one (more than ten years waits ten years).
     /// `['id', 'score', 'receipt']` or false. Ack it with `ack()`; if not acked
     /// in time it returns to the queue.
-    #[php(defaults(visibility = 30.into(), wait = 0.into()))]
+    #[php(defaults(visibility = Some(30.into()), wait = Some(0.into())))]
     pub fn reserve(
         &mut self,
         name: StrArg,
-        visibility: FloatArg,
-        wait: FloatArg,
+        visibility: Option<FloatArg>,
+        wait: Option<FloatArg>,
     ) -> PhpResult<Zval> {
         guard(|| {
             const F: &str = "RedisQueue::reserve";
             let Some(queue) = self.open(name, &at(F, 1, "name"))? else {
                 return Ok(Fallback::False.zval());
             };
-            let visibility = visibility.get(&at(F, 2, "visibility"), "int|float")?;
-            let wait = wait.get(&at(F, 3, "wait"), "int|float")?;
+            let visibility =
+                FloatArg::or_zero(visibility).get(&at(F, 2, "visibility"), "int|float")?;
+            let wait = FloatArg::or_zero(wait).get(&at(F, 3, "wait"), "int|float")?;
             let Some(visibility) = settle(validate::ttl(visibility, "visibility"))? else {
                 return Ok(Fallback::False.zval());
             };
@@ -304,13 +311,13 @@ impl RedisQueue {
     }
 
     /// Extra: gives a reserved task back, due after `$delay` seconds.
-    #[php(defaults(delay = 0.into()))]
+    #[php(defaults(delay = Some(0.into())))]
     pub fn nack(
         &mut self,
         name: StrArg,
         id: &Zval,
         receipt: StrArg,
-        delay: FloatArg,
+        delay: Option<FloatArg>,
     ) -> PhpResult<bool> {
         guard(|| {
             const F: &str = "RedisQueue::nack";
@@ -319,7 +326,7 @@ impl RedisQueue {
             };
             let id = id_bytes(id, &at(F, 2, "id"))?;
             let receipt = String::from_utf8_lossy(&receipt.get(&at(F, 3, "receipt"))?).into_owned();
-            let delay = delay.get(&at(F, 4, "delay"), "int|float")?;
+            let delay = FloatArg::or_zero(delay).get(&at(F, 4, "delay"), "int|float")?;
             Ok(settle(queue.nack(&id, &receipt, delay, None))?.unwrap_or(false))
         })
     }

@@ -100,6 +100,23 @@ expect_warning(fn() => $q->reserve($n, 1e12), false, 'visibility');
 $r->del("Queue:$n");
 ok('huge wait timeouts wait, huge lifetimes are refused');
 
+// null in an optional parameter reads as 0, as the untyped legacy methods
+// read it (a legacy wrapper forwarding its own null default keeps working):
+// lock() tries once with the 5 s minimum lifetime; dequeue() tries its queue
+// lock once; enqueue() with a 0 timeout and pop()/top() with a 0 count answer
+// false/[] as legacy did.
+$n = uniq('null-args');
+assert($l->lock($n, null, null, null) === true && $r->pttl("Lock:$n") <= 5000);
+assert($l->lock($n, null) === false && $l->unlock($n) === true);
+expect_warning(fn() => $q->enqueue($n, 'a', null), false, 'timeout');
+assert($q->enqueue($n, 'a', 10, null) === true);
+expect_warning(fn() => $q->pop($n, null), [], 'count');
+expect_warning(fn() => $q->top($n, null), [], 'count');
+assert($q->top($n)['id'] === 'a' && $q->dequeue($n, 'a', $q->top($n)['score'], null) === true);
+assert($q->enqueue($n, 'b') === true && $q->pop($n, 1, null)['id'] === 'b');
+$r->del("Queue:$n");
+ok('null in optional parameters reads as 0, as in the legacy classes');
+
 // Connection arrays: a value out of range or of the wrong type throws
 // RedisLockException naming the key (never a silent default, which could be
 // another server or database).
