@@ -133,6 +133,21 @@ impl Queue {
         }
     }
 
+    /// The keys of the scripts that take, return or peek at tasks (take, top,
+    /// nack), in their order: queue, legacy queue lock (or the queue),
+    /// inflight, receipts, waiters, leases.
+    fn task_keys(&self) -> [&[u8]; 6] {
+        let k = &self.keys;
+        [
+            &k.queue,
+            self.legacy_key(),
+            &k.inflight,
+            &k.receipts,
+            &k.waiters,
+            &k.leases,
+        ]
+    }
+
     /// Adds `ids` in one round trip, due `delay` seconds from now (negative:
     /// earlier). Ids already queued keep their score. Returns how many were new.
     /// While a legacy client holds the queue lock this waits for it, up to
@@ -225,14 +240,7 @@ impl Queue {
                 String::new()
             };
             let call = QUEUE_TAKE
-                .call(&[
-                    &k.queue,
-                    self.legacy_key(),
-                    &k.inflight,
-                    &k.receipts,
-                    &k.waiters,
-                    &k.leases,
-                ])
+                .call(&self.task_keys())
                 .arg(mode)
                 .arg(count)
                 .arg(self.check_legacy)
@@ -311,14 +319,7 @@ impl Queue {
         }
         let k = &self.keys;
         let call = QUEUE_TOP
-            .call(&[
-                &k.queue,
-                self.legacy_key(),
-                &k.inflight,
-                &k.receipts,
-                &k.waiters,
-                &k.leases,
-            ])
+            .call(&self.task_keys())
             .arg(count)
             .arg(self.check_legacy)
             .arg(&k.channel);
@@ -379,14 +380,7 @@ impl Queue {
         let delay = validate::offset(delay, "delay")?;
         let k = &self.keys;
         let call = QUEUE_NACK
-            .call(&[
-                &k.queue,
-                self.legacy_key(),
-                &k.inflight,
-                &k.receipts,
-                &k.waiters,
-                &k.leases,
-            ])
+            .call(&self.task_keys())
             .arg(id)
             .arg(receipt)
             .arg(delay)
