@@ -102,11 +102,29 @@ impl State {
     }
 }
 
-/// Outcome of one acquire attempt.
-enum Tried {
+/// Outcome of one acquire attempt: the reply of `lock_acquire-4.lua`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tried {
+    /// Taken, with this fencing token.
     Acquired(i64),
     /// Held by another owner: its remaining TTL if known, else wait for a turn.
     Busy(Option<Duration>),
+}
+
+/// The script answers the fencing token as a string when the lock is taken,
+/// and an integer when it is not: the holder's PTTL (ms), or -1 when the lock
+/// was just handed to an older waiter.
+impl redis::FromRedisValue for Tried {
+    fn from_redis_value(v: redis::Value) -> std::result::Result<Self, redis::ParsingError> {
+        Ok(match v {
+            redis::Value::Int(pttl) if pttl >= 0 => {
+                // PTTL is 0 in the holder's last millisecond: re-check right after it.
+                Tried::Busy(Some(Duration::from_millis(pttl.unsigned_abs() + 1)))
+            }
+            redis::Value::Int(_) => Tried::Busy(None),
+            v => Tried::Acquired(i64::from_redis_value(v)?),
+        })
+    }
 }
 
 /// One run of the acquire script (`lock_acquire-4.lua`) for `token`;
@@ -276,13 +294,7 @@ impl Lock {
     fn attempt_as(&self, token: &str, waiter: &str, lease_ms: u64) -> Result<Tried> {
         let ttl_ms = validate::millis(self.opts.ttl);
         let call = acquire_call(&self.keys, token, ttl_ms, waiter, self.opts.fair, lease_ms);
-        let (taken, value): (i64, i64) = self.client.run(&self.label, |c| call.query(c.like()))?;
-        Ok(match (taken, value) {
-            (1, fence) => Tried::Acquired(fence),
-            // PTTL is 0 in the holder's last millisecond: re-check right after it.
-            (_, pttl) if pttl >= 0 => Tried::Busy(Some(Duration::from_millis(pttl as u64 + 1))),
-            _ => Tried::Busy(None),
-        })
+        self.client.run(&self.label, |c| call.query(c.like()))
     }
 
     /// `WAIT min_replicas`: undo the acquire if too few replicas confirm it.
@@ -617,3 +629,34 @@ const _: () = {
     const fn send_sync<T: Send + Sync>() {}
     send_sync::<Lock>();
 };
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use redis::{FromRedisValue, Value};
+
+    use super::Tried;
+
+    #[test]
+    fn acquire_replies_are_told_apart_by_type() {
+        let parse = |v| Tried::from_redis_value(v).unwrap();
+        let token = b"1763700000123456".to_vec();
+        assert_eq!(
+            parse(Value::BulkString(token)),
+            Tried::Acquired(1_763_700_000_123_456)
+        );
+        // A token of 0 (a fence key lost under a hand-over) is still a hold.
+        assert_eq!(parse(Value::BulkString(b"0".to_vec())), Tried::Acquired(0));
+        assert_eq!(
+            parse(Value::Int(0)),
+            Tried::Busy(Some(Duration::from_millis(1)))
+        );
+        assert_eq!(
+            parse(Value::Int(2500)),
+            Tried::Busy(Some(Duration::from_millis(2501)))
+        );
+        assert_eq!(parse(Value::Int(-1)), Tried::Busy(None));
+        assert!(Tried::from_redis_value(Value::Nil).is_err());
+    }
+}

@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 use crate::client::{Client, Subscriber, lock};
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::LockKeys;
-use crate::lock::{DistributedLock, acquire_call, label};
+use crate::lock::{DistributedLock, Tried, acquire_call, label};
 use crate::scripts::{LOCK_EXTEND, LOCK_FENCE, LOCK_LEAVE, LOCK_RELEASE};
 use crate::validate;
 use crate::wait::{self, Interrupt, Wait};
@@ -293,7 +293,7 @@ impl Redlock {
             let replies = self.on_each(move |i, c| {
                 let waiter = if listening[i] { id.as_str() } else { "" };
                 let call = acquire_call(&k, &owner, ttl_ms, waiter, false, lease_ms);
-                c.run(&label, |conn| call.query::<(i64, i64)>(conn.like()))
+                c.run(&label, |conn| call.query::<Tried>(conn.like()))
             });
             let elapsed = start.elapsed();
             if let Some(w) = waiter.as_mut() {
@@ -306,9 +306,10 @@ impl Redlock {
             }
             let granted: Vec<i64> = replies
                 .iter()
-                .filter_map(|r| r.as_ref().ok())
-                .filter(|(taken, _)| *taken == 1)
-                .map(|(_, fence)| *fence)
+                .filter_map(|r| match r {
+                    Ok(Tried::Acquired(fence)) => Some(*fence),
+                    _ => None,
+                })
                 .collect();
             let validity = self.ttl.checked_sub(elapsed + self.drift());
             if granted.len() >= self.quorum()
@@ -334,9 +335,10 @@ impl Redlock {
             // Pause no longer than the shortest holder TTL, nor past the deadline.
             let mut limit = replies
                 .iter()
-                .filter_map(|r| r.as_ref().ok())
-                .filter(|(taken, pttl)| *taken == 0 && *pttl > 0)
-                .map(|(_, pttl)| Duration::from_millis(*pttl as u64 + 1))
+                .filter_map(|r| match r {
+                    Ok(Tried::Busy(pttl)) => *pttl,
+                    _ => None,
+                })
                 .min()
                 .unwrap_or(Duration::MAX);
             if let Some(d) = deadline {
@@ -368,7 +370,7 @@ impl Redlock {
 
     /// Subscribes on every master that answered in `replies`, in parallel
     /// (`None` when no subscription could be made).
-    fn subscribe(&self, replies: &[Result<(i64, i64)>]) -> Option<Waiter> {
+    fn subscribe(&self, replies: &[Result<Tried>]) -> Option<Waiter> {
         let id = crate::new_token();
         let mut channel = self.keys.channel.clone();
         channel.extend_from_slice(id.as_bytes());
@@ -399,12 +401,12 @@ impl Redlock {
     /// its fence, the largest the quorum issued: any later quorum overlaps
     /// this one in at least one master, so it issues a larger token even if
     /// the masters' clocks disagree.
-    fn spread_fence(&self, replies: &[Result<(i64, i64)>], fence: i64) {
+    fn spread_fence(&self, replies: &[Result<Tried>], fence: i64) {
         let k = &self.keys;
         let ttl_ms = validate::millis(self.ttl);
         std::thread::scope(|s| {
             for (client, reply) in self.clients.iter().zip(replies) {
-                if matches!(reply, Ok((1, f)) if *f < fence) {
+                if matches!(reply, Ok(Tried::Acquired(f)) if *f < fence) {
                     s.spawn(move || {
                         let call = LOCK_FENCE.call(&[&k.fence]).arg(fence).arg(ttl_ms);
                         // Best effort: a master that fails here counts as down.
@@ -621,10 +623,10 @@ struct Sub {
 impl Waiter {
     /// Notes where the last attempt left us registered; a master that failed
     /// probably broke its subscription too: it is dropped.
-    fn update(&mut self, replies: &[Result<(i64, i64)>]) {
+    fn update(&mut self, replies: &[Result<Tried>]) {
         for (slot, reply) in self.subs.iter_mut().zip(replies) {
             match (slot.as_mut(), reply) {
-                (Some(s), Ok((taken, _))) => s.registered = *taken == 0,
+                (Some(s), Ok(tried)) => s.registered = matches!(tried, Tried::Busy(_)),
                 (Some(_), Err(_)) => *slot = None,
                 (None, _) => {}
             }

