@@ -42,8 +42,13 @@ pub(crate) static QUEUE_LEAVE: LazyLock<LuaScript> = lua!("queue_leave-4.lua");
 impl LuaScript {
     /// Starts an EVALSHA call with `keys`; add arguments with [`Call::arg`].
     pub(crate) fn call(&'static self, keys: &[&[u8]]) -> Call {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(self.script.get_hash()).arg(keys.len());
+        // Room for the keys and up to eight arguments of ~24 bytes, so that
+        // building the command does not grow its buffers step by step.
+        let key_bytes: usize = keys.iter().map(|k| k.len()).sum();
+        let mut cmd = Cmd::with_capacity(keys.len() + 3 + 8, key_bytes + 64 + 8 * 24);
+        cmd.arg("EVALSHA")
+            .arg(self.script.get_hash())
+            .arg(keys.len());
         for k in keys {
             cmd.arg(*k);
         }
