@@ -90,7 +90,8 @@ impl Error {
     /// (for example `lock "orders"`).
     pub(crate) fn from_redis(context: &str, err: redis::RedisError) -> Self {
         let kind = classify(&err);
-        let message = format!("{context}: {}: {err}", kind.describe());
+        let hint = version_hint(&err.to_string()).unwrap_or_default();
+        let message = format!("{context}: {}: {err}{hint}", kind.describe());
         Self {
             kind,
             message,
@@ -148,6 +149,16 @@ impl Error {
     }
 }
 
+/// What an older server answers to the commands ferrolock needs from Redis
+/// 6.2 (`SET … GET` in the acquire script) and 6.0 (`HELLO 3` for the
+/// subscriber connections of waits): a hint to append, since the server's
+/// own words ("syntax error") do not say that its version is the cause.
+fn version_hint(text: &str) -> Option<&'static str> {
+    let old_server = (text.contains("@user_script") && text.contains("syntax error"))
+        || (text.contains("HELLO") && text.to_ascii_lowercase().contains("unknown command"));
+    old_server.then_some(" (an older Redis? ferrolock needs 6.2 or later)")
+}
+
 fn classify(err: &redis::RedisError) -> ErrorKind {
     use redis::ErrorKind as K;
     use redis::ServerErrorKind as S;
@@ -202,5 +213,23 @@ mod tests {
         assert!(e.to_string().starts_with("lock \"a\": connection error"));
         let t = redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
         assert!(Error::from_redis("x", t).is_timeout());
+    }
+
+    #[test]
+    fn an_old_server_is_named_as_the_cause() {
+        // A syntax error in a script as Redis 6.0 and 7.0 word it, and Redis 5
+        // asked for RESP3.
+        for text in [
+            "ERR Error running script (call to f_3c0f): @user_script:21: ERR syntax error",
+            "ERR syntax error script: 0b5b2ba043c1, on @user_script:21.",
+            "ERR unknown command `HELLO`, with args beginning with: `3`,",
+        ] {
+            assert_eq!(
+                version_hint(text),
+                Some(" (an older Redis? ferrolock needs 6.2 or later)")
+            );
+        }
+        assert_eq!(version_hint("ERR syntax error"), None);
+        assert_eq!(version_hint("WRONGTYPE Operation against a key"), None);
     }
 }
