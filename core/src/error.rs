@@ -149,14 +149,13 @@ impl Error {
     }
 }
 
-/// What an older server answers to the commands ferrolock needs from Redis
-/// 6.2 (`SET … GET` in the acquire script) and 6.0 (`HELLO 3` for the
-/// subscriber connections of waits): a hint to append, since the server's
-/// own words ("syntax error") do not say that its version is the cause.
+/// What Redis before 6.0 answers to `HELLO 3`, which the subscriber
+/// connections of waits send: a hint to append, since the server's own words
+/// ("unknown command") do not say that its version is the cause.
 fn version_hint(text: &str) -> Option<&'static str> {
-    let old_server = (text.contains("@user_script") && text.contains("syntax error"))
-        || (text.contains("HELLO") && text.to_ascii_lowercase().contains("unknown command"));
-    old_server.then_some(" (an older Redis? ferrolock needs 6.2 or later)")
+    let old_server =
+        text.contains("HELLO") && text.to_ascii_lowercase().contains("unknown command");
+    old_server.then_some(" (an older Redis? ferrolock needs 6.0 or later)")
 }
 
 fn classify(err: &redis::RedisError) -> ErrorKind {
@@ -217,19 +216,18 @@ mod tests {
 
     #[test]
     fn an_old_server_is_named_as_the_cause() {
-        // A syntax error in a script as Redis 6.0 and 7.0 word it, and Redis 5
-        // asked for RESP3.
+        // Redis 5 asked for RESP3, as it words it, and as Redis 7 words an
+        // unknown command.
         for text in [
-            "ERR Error running script (call to f_3c0f): @user_script:21: ERR syntax error",
-            "ERR syntax error script: 0b5b2ba043c1, on @user_script:21.",
             "ERR unknown command `HELLO`, with args beginning with: `3`,",
+            "ERR unknown command 'HELLO', with args beginning with: '3' ",
         ] {
             assert_eq!(
                 version_hint(text),
-                Some(" (an older Redis? ferrolock needs 6.2 or later)")
+                Some(" (an older Redis? ferrolock needs 6.0 or later)")
             );
         }
+        assert_eq!(version_hint("ERR unknown command 'FOO'"), None);
         assert_eq!(version_hint("ERR syntax error"), None);
-        assert_eq!(version_hint("WRONGTYPE Operation against a key"), None);
     }
 }

@@ -163,6 +163,60 @@ fn fencing_tokens_strictly_increase_across_holders() {
     }
 }
 
+/// Redis 6.0 and 6.1 refuse SET's GET option. The acquire script, run here
+/// as built but with a `redis` whose `call` and `pcall` refuse `SET … GET`
+/// as they do, takes the lock and issues its token with GET and SET instead.
+#[test]
+fn fencing_works_where_set_has_no_get_option() {
+    let built = include_str!(concat!(env!("OUT_DIR"), "/scripts/lock_acquire-4.lua"));
+    let as_redis_6_0 = r#"
+local function refused(args) return args[1] == 'SET' and args[#args] == 'GET' end
+local redis = setmetatable({
+  call = function(...)
+    if refused({...}) then error({err = 'ERR syntax error'}) end
+    return redis.call(...)
+  end,
+  pcall = function(...)
+    if refused({...}) then return {err = 'ERR syntax error'} end
+    return redis.pcall(...)
+  end,
+}, {__index = redis})
+"#;
+    let script = redis::Script::new(&format!("{as_redis_6_0}{built}"));
+    let opts = lock_opts("no-set-get");
+    let prefix = String::from_utf8_lossy(&opts.prefix).into_owned();
+    let (lock, fence) = (format!("{prefix}x"), format!("{prefix}x:fence"));
+    let mut r = raw();
+    let acquire = |r: &mut redis::Connection, token: &str| -> redis::Value {
+        script
+            .key(&lock)
+            .key(&fence)
+            .arg(token)
+            .arg(30_000)
+            .invoke(r)
+            .unwrap()
+    };
+    let redis::Value::BulkString(first) = acquire(&mut r, "a") else {
+        panic!("not taken")
+    };
+    let first: i64 = String::from_utf8(first).unwrap().parse().unwrap();
+    let stored: i64 = r.get(&fence).unwrap();
+    assert_eq!(stored, first);
+    assert!(r.pttl::<_, i64>(&fence).unwrap() > 30_000);
+    // Busy: the holder's PTTL.
+    assert!(matches!(
+        acquire(&mut r, "b"),
+        redis::Value::Int(29_000..=30_000)
+    ));
+    // Ahead of the clock: one more than the last.
+    let _: () = r.del(&lock).unwrap();
+    let ahead = first + 3_600_000_000;
+    let _: () = r.set(&fence, ahead).unwrap();
+    let next = (ahead + 1).to_string().into_bytes();
+    assert_eq!(acquire(&mut r, "c"), redis::Value::BulkString(next));
+    assert_eq!(r.get::<_, i64>(&fence).unwrap(), ahead + 1);
+}
+
 #[test]
 fn release_wakes_a_waiter_by_notification() {
     let c = client();
