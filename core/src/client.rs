@@ -847,7 +847,6 @@ fn parse_cluster_slots(raw: &[redis::Value]) -> SlotMap {
     out
 }
 
-/// A reused connection that fails like this was closed while idle.
 /// Runs one round trip with signals deferred: a signal must not cut it short,
 /// Redis would have run the command and its reply would be lost (see
 /// `signals.rs`). Connecting is left interruptible: nothing was sent yet.
@@ -856,6 +855,7 @@ fn deferring_signals<T>(op: impl FnOnce() -> T) -> T {
     op()
 }
 
+/// A reused connection that fails like this was closed while idle.
 pub(crate) fn is_stale(e: &redis::RedisError) -> bool {
     e.is_connection_dropped() || e.is_connection_refusal()
 }
