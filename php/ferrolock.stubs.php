@@ -97,13 +97,16 @@ class RedisLock
     public function isLocking(string $name): bool {}
 
     /**
-     * Extra: the fencing token of this object's current hold of `$name`, as of
-     * its acquire: an integer that strictly increases per name across all
-     * holders. False when this object has not acquired `$name` or released it,
-     * or already knows the hold is lost (auto_renew or Redlock found it gone,
-     * or expire() found it taken). It does not ask Redis whether the hold is
-     * still valid: without auto_renew, a hold that expired and was taken by
-     * someone else still returns its old token; use isLocking() for that.
+     * Extra: the fencing token of this object's current hold of `$name`: an
+     * integer that strictly increases per name across all holders. False when
+     * this object has not acquired `$name` or released it, or knows the hold
+     * is lost (auto_renew or Redlock found it gone, expire() found it taken,
+     * or this call did). An uncontended lock() draws no token; the first call
+     * for a hold draws it in one round trip that also checks the hold is still
+     * ours (later lock() calls of this name in this process then draw it
+     * themselves). Later calls for the same hold do not ask Redis: without
+     * auto_renew, a hold that expired and was taken by someone else still
+     * returns its token; use isLocking() for that.
      */
     public function fencingToken(string $name): int|false {}
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::client::{Client, Conn, lock};
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::LockKeys;
-use crate::scripts::{Call, LOCK_ACQUIRE, LOCK_EXTEND, LOCK_LEAVE, LOCK_RELEASE};
+use crate::scripts::{Call, LOCK_ACQUIRE, LOCK_DRAW_FENCE, LOCK_EXTEND, LOCK_LEAVE, LOCK_RELEASE};
 use crate::validate;
 use crate::wait::{self, Attempt, Interrupt, Leaving, Wait, WaitSpec};
 use crate::watchdog::{self, Lease};
@@ -85,7 +85,7 @@ struct State {
 
 struct Held {
     token: String,
-    fence: i64,
+    fence: Fence,
     pid: u32,
     depth: u32,
     lease: Option<Arc<Lease>>,
@@ -99,6 +99,45 @@ impl State {
     fn held_here(&mut self) -> Option<&mut Held> {
         let pid = crate::fork::current_pid();
         self.held.as_mut().filter(|h| h.pid == pid)
+    }
+}
+
+/// The fencing token of a hold: `None` until drawn. An uncontended acquire
+/// of a non-fair lock is a plain `SET NX PX` and draws none; the first read
+/// does (see [`Lock::fencing_token`]).
+type Fence = Option<i64>;
+
+/// Lock keys whose fencing token this process has read: their acquires draw
+/// the token in the acquire script, so a reader does not pay a second round
+/// trip on every hold. A hint only, kept in a fixed table of key hashes: no
+/// mutex (nothing for `fork()` to wait for), bounded memory, and a collision
+/// merely makes one name's next acquire a plain `SET NX PX` again.
+mod fence_readers {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    const SLOTS: usize = 1024;
+    static TABLE: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
+
+    /// A nonzero hash of `key` (0 marks an empty slot) and its slot.
+    fn slot(key: &[u8]) -> (u64, &'static AtomicU64) {
+        let mut h = DefaultHasher::new();
+        key.hash(&mut h);
+        let hash = h.finish() | 1;
+        (hash, &TABLE[(hash >> 1) as usize % SLOTS])
+    }
+
+    /// Remembers that this process reads `key`'s fencing tokens.
+    pub(super) fn note(key: &[u8]) {
+        let (hash, slot) = slot(key);
+        slot.store(hash, Ordering::Relaxed);
+    }
+
+    /// True when this process has read `key`'s fencing token (probably: a
+    /// hash match).
+    pub(super) fn contains(key: &[u8]) -> bool {
+        let (hash, slot) = slot(key);
+        slot.load(Ordering::Relaxed) == hash
     }
 }
 
@@ -206,6 +245,9 @@ impl Lock {
 
     /// Takes the lock, waiting as `wait` allows. Returns `Ok(false)` when the
     /// wait ran out. `interrupt` is consulted every 50 ms while waiting.
+    ///
+    /// Uncontended, a non-fair lock is taken with one plain `SET NX PX`, which
+    /// draws no fencing token: [`Lock::fencing_token`] draws it when first read.
     pub fn acquire(&self, wait: Wait, interrupt: Option<Interrupt<'_>>) -> Result<bool> {
         if self.opts.reentrant
             && let Some(h) = lock(&self.state).held_here()
@@ -215,10 +257,10 @@ impl Lock {
         }
         let token = crate::new_token();
         let mut waited = false;
-        let fence = match self.attempt(&token, "")? {
-            Tried::Acquired(f) => Some(f),
-            Tried::Busy(_) if wait == Wait::Try => None,
-            Tried::Busy(_) => {
+        let fence: Option<Fence> = match self.first_attempt(&token, wait)? {
+            Some(fence) => Some(fence),
+            None if wait == Wait::Try => None,
+            None => {
                 waited = true;
                 let recheck = self.opts.recheck;
                 let spec = WaitSpec {
@@ -246,6 +288,7 @@ impl Lock {
                         e
                     }
                 })?
+                .map(Some)
             }
         };
         let Some(fence) = fence else {
@@ -284,6 +327,41 @@ impl Lock {
     /// One attempt without waiting; `Ok(true)` when taken.
     pub fn try_acquire(&self) -> Result<bool> {
         self.acquire(Wait::Try, None)
+    }
+
+    /// The first attempt of an acquire; `Some(fence)` when taken.
+    ///
+    /// A non-fair lock first tries a plain `SET NX PX`, which draws no fencing
+    /// token: Redis runs it in about a sixth of the instructions of the
+    /// acquire script (callgrind: 11k against 67k), which brings an
+    /// uncontended acquire+release close to two plain round trips. The token
+    /// is drawn when first read ([`Lock::fencing_token`]); a name whose token
+    /// this process reads goes through the script, which draws it at once.
+    /// A busy `SET` goes on to wait (the waiting attempts handle legacy
+    /// orphans), or for a try-once, to one scripted attempt, which gives a
+    /// legacy orphan (a key without TTL) its expiry and takes the lock if it
+    /// was freed in between. A fair lock always needs the script (waiters go
+    /// first).
+    fn first_attempt(&self, token: &str, wait: Wait) -> Result<Option<Fence>> {
+        if !self.opts.fair && !fence_readers::contains(&self.keys.lock) {
+            let mut set = redis::cmd("SET");
+            set.arg(&self.keys.lock)
+                .arg(token)
+                .arg("NX")
+                .arg("PX")
+                .arg(validate::millis(self.opts.ttl));
+            let reply: redis::Value = self.client.run(&self.label, |c| set.query(c.like()))?;
+            if reply != redis::Value::Nil {
+                return Ok(Some(None));
+            }
+            if wait != Wait::Try {
+                return Ok(None);
+            }
+        }
+        Ok(match self.attempt(token, "")? {
+            Tried::Acquired(f) => Some(Some(f)),
+            Tried::Busy(_) => None,
+        })
     }
 
     fn attempt(&self, token: &str, waiter: &str) -> Result<Tried> {
@@ -462,8 +540,39 @@ impl Lock {
 
     /// The fencing token of the current hold: strictly increasing per name
     /// across all holders. Pass it to the storage you protect.
-    pub fn fencing_token(&self) -> Option<i64> {
-        lock(&self.state).held_here().map(|h| h.fence)
+    ///
+    /// A hold taken by a plain `SET NX PX` (see [`Lock::acquire`]) has no token
+    /// until this first asks for one: one round trip, which checks that the
+    /// lock is still ours and draws the token inside the hold, so it orders
+    /// with the other holders' exactly as if the acquire had drawn it. Later
+    /// reads of the same hold answer the same token without a round trip.
+    /// `Ok(None)` when this object does not hold the lock, or when the first
+    /// read found it gone (expired or taken: [`Lock::lost`] is then true).
+    pub fn fencing_token(&self) -> Result<Option<i64>> {
+        let token = match lock(&self.state).held_here() {
+            None => return Ok(None),
+            Some(Held { fence: Some(f), .. }) => return Ok(Some(*f)),
+            Some(h) => h.token.clone(),
+        };
+        fence_readers::note(&self.keys.lock);
+        let call = LOCK_DRAW_FENCE
+            .call(&[&self.keys.lock, &self.keys.fence])
+            .arg(&token)
+            .arg(validate::millis(self.opts.ttl));
+        let drawn: Option<i64> = self.client.run(&self.label, |c| call.query(c.like()))?;
+        let mut st = lock(&self.state);
+        let Some(h) = st.held_here().filter(|h| h.token == token) else {
+            return Ok(None); // released (or re-acquired) meanwhile
+        };
+        match drawn {
+            // Two threads may both have drawn one: the first stored is the
+            // hold's token, so every reader passes the storage the same.
+            Some(f) => Ok(Some(*h.fence.get_or_insert(f))),
+            None => {
+                st.lost = true;
+                Ok(None)
+            }
+        }
     }
 
     /// Nesting depth of a reentrant hold (0 when not held).
@@ -531,8 +640,9 @@ pub trait DistributedLock: Send + Sync {
     fn owned(&self) -> Result<bool>;
     /// Token of the current hold.
     fn token(&self) -> Option<String>;
-    /// Fencing token of the current hold.
-    fn fencing_token(&self) -> Option<i64>;
+    /// Fencing token of the current hold (may ask Redis: see
+    /// [`Lock::fencing_token`]).
+    fn fencing_token(&self) -> Result<Option<i64>>;
     /// True once the hold was lost.
     fn lost(&self) -> bool;
     /// The lock's name.
@@ -560,7 +670,7 @@ impl DistributedLock for Lock {
     fn token(&self) -> Option<String> {
         Lock::token(self)
     }
-    fn fencing_token(&self) -> Option<i64> {
+    fn fencing_token(&self) -> Result<Option<i64>> {
         Lock::fencing_token(self)
     }
     fn lost(&self) -> bool {

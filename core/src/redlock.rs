@@ -136,7 +136,7 @@ impl Redlock {
     }
 
     /// How long each master has to answer one request: a tenth of the TTL,
-    /// at least [`MIN_MASTER_BUDGET`].
+    /// at least 50 ms (`MIN_MASTER_BUDGET`).
     pub fn master_budget(&self) -> Duration {
         (self.ttl / 10).max(MIN_MASTER_BUDGET)
     }
@@ -724,8 +724,8 @@ impl DistributedLock for Redlock {
     fn token(&self) -> Option<String> {
         Redlock::token(self)
     }
-    fn fencing_token(&self) -> Option<i64> {
-        Redlock::fencing_token(self)
+    fn fencing_token(&self) -> Result<Option<i64>> {
+        Ok(Redlock::fencing_token(self))
     }
     fn lost(&self) -> bool {
         Redlock::lost(self)

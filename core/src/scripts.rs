@@ -30,6 +30,7 @@ pub(crate) static LOCK_ACQUIRE: LazyLock<LuaScript> = lua!("lock_acquire-4.lua")
 pub(crate) static LOCK_RELEASE: LazyLock<LuaScript> = lua!("lock_release-4.lua");
 pub(crate) static LOCK_EXTEND: LazyLock<LuaScript> = lua!("lock_extend-2.lua");
 pub(crate) static LOCK_FENCE: LazyLock<LuaScript> = lua!("lock_fence-1.lua");
+pub(crate) static LOCK_DRAW_FENCE: LazyLock<LuaScript> = lua!("lock_draw_fence-2.lua");
 pub(crate) static LOCK_LEAVE: LazyLock<LuaScript> = lua!("lock_leave-4.lua");
 pub(crate) static QUEUE_ENQUEUE: LazyLock<LuaScript> = lua!("queue_enqueue-4.lua");
 pub(crate) static QUEUE_TAKE: LazyLock<LuaScript> = lua!("queue_take-6.lua");

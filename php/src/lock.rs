@@ -248,18 +248,24 @@ impl RedisLock {
     }
 
     /// Extra: the fencing token of this object's hold of `$name` (strictly
-    /// increasing per name across holders), as of its acquire; false when this
-    /// object has not acquired `$name`, released it, or already knows the hold
-    /// is lost (auto-renew or Redlock found it gone, or an expire()/unlock()
-    /// did). No round trip: without auto-renew an expired hold is not noticed
-    /// here (`isLocking()` asks Redis).
+    /// increasing per name across holders); false when this object has not
+    /// acquired `$name`, released it, or knows the hold is lost (auto-renew
+    /// or Redlock found it gone, an expire()/unlock() did, or this read did).
+    /// The first read of a hold taken uncontended asks Redis (one round trip
+    /// that draws the token and checks the hold); later reads of that hold do
+    /// not, so without auto-renew they do not notice an expiry (`isLocking()`
+    /// asks Redis).
     #[php(name = "fencingToken")]
     pub fn fencing_token(&self, name: StrArg) -> PhpResult<Zval> {
         guard(|| {
             let name = name.get(&at("RedisLock::fencingToken", 1, "name"))?;
             let mut out = Zval::new();
             let hold = self.held.get(&name).filter(|l| !l.lost());
-            match hold.and_then(|l| l.fencing_token()) {
+            let fence = match hold {
+                Some(l) => l.fencing_token().map_err(exception)?,
+                None => None,
+            };
+            match fence {
                 Some(f) => out.set_long(f),
                 None => out.set_bool(false),
             }

@@ -117,9 +117,12 @@ impl PyLockBase {
         self.inner.token()
     }
 
+    /// The first read of a hold's token may ask Redis (see the core's
+    /// `Lock::fencing_token`).
     #[getter]
-    fn fencing_token(&self) -> Option<i64> {
-        self.inner.fencing_token()
+    fn fencing_token(&self, py: Python<'_>) -> PyResult<Option<i64>> {
+        let inner = self.inner.clone();
+        quick(py, move || inner.fencing_token())
     }
 
     #[getter]

@@ -90,6 +90,17 @@ for ($i = 0; $i < 10; $i++) {
 }
 ok('fencingToken()');
 
+// An uncontended hold's token is drawn on its first read, only while held.
+$n = uniq('fence-late');
+assert($a->lock($n));
+$r->del("Lock:$n"); // as if it expired
+assert($b->lock($n));
+assert($a->fencingToken($n) === false, 'a lost hold draws no token');
+$f = $b->fencingToken($n);
+assert(is_int($f) && $b->fencingToken($n) === $f);
+assert($a->unlock($n) === false && $b->unlock($n) === true);
+ok('fencingToken() is drawn while held');
+
 // Invalid arguments: legacy value + E_WARNING; wrong types: TypeError.
 expect_warning(fn() => $a->lock(''), false, 'must not be empty');
 expect_warning(fn() => $a->unlock(''), false, 'must not be empty');

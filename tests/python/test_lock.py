@@ -145,6 +145,19 @@ def test_fencing_tokens_increase(url, name):
     assert seen == sorted(seen) and len(set(seen)) == len(seen)
 
 
+def test_fencing_token_is_drawn_only_while_held(url, r, name):
+    late = Lock(name, auto_renew=False)
+    assert late.acquire()
+    r("DEL", key(name))  # as if it expired
+    with Lock(name) as other:
+        # The first read draws the token, and finds late's hold gone.
+        assert late.fencing_token is None and late.lost
+        assert isinstance(other.fencing_token, int)
+        assert other.fencing_token == other.fencing_token
+    with pytest.raises(LockNotOwnedError):
+        late.release()
+
+
 def test_decorator_form(url, name):
     calls = []
 
@@ -192,7 +205,7 @@ def test_reentrant_counts_and_touches_redis_twice(url, redis_server, name):
         lock.release()
         lock.release()
     sent = [c for c in mon.commands if name in c]
-    assert [c.split()[0] for c in sent] == ['"EVALSHA"', '"EVALSHA"'], sent
+    assert [c.split()[0] for c in sent] == ['"SET"', '"EVALSHA"'], sent  # SET NX PX, then the release
     plain = Lock(name)
     assert plain.acquire()
     assert not plain.acquire(blocking=False), "non-reentrant locks do not nest"

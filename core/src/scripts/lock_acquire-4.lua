@@ -2,9 +2,11 @@
 -- KEYS: lock, fence, waiters, leases
 -- ARGV: token, ttl_ms, waiter_id ('' = do not register), fair ('1'/'0'),
 --       lease_ms, channel prefix
--- The first attempt of a non-fair lock, which does not register, sends only
--- KEYS lock, fence and ARGV token, ttl_ms: it is the uncontended case, and
--- every key or argument costs Redis about 1,200 instructions (callgrind).
+-- An attempt of a non-fair lock that does not register (a Redlock attempt,
+-- the first attempt of a lock whose fencing tokens are read, a try-once after
+-- a busy plain SET NX: see lock.rs) sends only KEYS lock, fence and ARGV
+-- token, ttl_ms: every key or argument costs Redis about 1,200 instructions
+-- (callgrind).
 -- Returns the fencing token, as a string, when taken; an integer when not:
 -- the holder's pttl (ms, >= 0) when held by another owner, -1 when it was just
 -- handed to an older waiter (fair mode). The type tells the two apart, so the
@@ -35,10 +37,13 @@ local holder = redis.call('GET', lock)
 if holder == token then
   -- Handed over to us, or a retried acquire whose first reply was lost. The
   -- TTL starts again, so that it counts from this call (Redlock computes the
-  -- validity of a hold from the start of its attempt).
+  -- validity of a hold from the start of its attempt). A new fencing token is
+  -- drawn: no one has seen the one of the hand-over (its message went
+  -- unread), and a hold taken by a plain SET NX (see lock.rs) has none yet,
+  -- so the counter may still hold the previous holder's.
   redis.call('PEXPIRE', lock, ARGV[2])
   if me ~= '' then remove_waiter(waiters, leases, me) end
-  return redis.call('GET', fence) or '0'
+  return next_fence(fence, ttl)
 end
 
 -- The short form (a first attempt of a non-fair lock) stops here: it does
