@@ -364,6 +364,10 @@ def test_min_replicas_confirms_on_a_replica():
         master = f"redis://127.0.0.1:{setup.current_master_port()}/0"
         lock = Lock("wait-1", url=master, min_replicas=1)
         assert lock.acquire(blocking=False)
+        # The acquire drew the fencing token itself (not on first read), so
+        # its WAIT covered that write too: the replica has it already.
+        (fence_key,) = setup.replica.cmd("KEYS", "*Lock:wait-1:fence")
+        assert int(setup.replica.cmd("GET", fence_key)) == lock.fencing_token
         lock.release()
         # Handed over by a release (the grant was written by the releaser's
         # connection): still confirmed on the replica before success.

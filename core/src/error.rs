@@ -24,6 +24,9 @@ pub enum ErrorKind {
     /// A release or extend was refused: this owner does not hold the lock
     /// (never acquired, expired, or taken over by another owner).
     NotOwned,
+    /// A lock this owner believed it held turned out to be gone (expired or
+    /// taken over) when it asked for the hold's fencing token.
+    Lost,
     /// A queue operation could not run because a legacy client held the queue's
     /// lock (`Lock:Queue:<name>`) for longer than the operation's timeout.
     QueueLocked,
@@ -44,6 +47,7 @@ impl ErrorKind {
             Self::Auth => "authentication failed",
             Self::Timeout => "timed out",
             Self::NotOwned => "not owned",
+            Self::Lost => "lock lost",
             Self::QueueLocked => "queue locked",
             Self::Quorum => "no quorum",
             Self::Interrupted => "interrupted",

@@ -11,7 +11,7 @@
 //! let client = Client::shared("redis://127.0.0.1:6379/0")?;
 //! let lock = Lock::new(&client, b"orders", LockOptions::default())?;
 //! if lock.acquire(Wait::For(Duration::from_secs(5)), None)? {
-//!     // … critical section; pass lock.fencing_token() to your storage …
+//!     // … critical section; pass lock.fencing_token()? to your storage …
 //!     lock.release()?;
 //! }
 //! let queue = Queue::new(&client, b"mails", QueueOptions::default())?;

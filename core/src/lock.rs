@@ -168,8 +168,9 @@ impl redis::FromRedisValue for Tried {
 
 /// One run of the acquire script (`lock_acquire-4.lua`) for `token`;
 /// `waiter` registers it as that waiter while the lock is busy ('' = not).
-/// An attempt of a non-fair lock that does not register is the uncontended
-/// case: it uses the script's short form, two keys and four arguments fewer.
+/// An attempt of a non-fair lock that does not register (see
+/// [`Lock::acquire`] and Redlock's attempts) uses the script's short form,
+/// two keys and four arguments fewer.
 pub(crate) fn acquire_call(
     k: &LockKeys,
     token: &str,
@@ -246,8 +247,9 @@ impl Lock {
     /// Takes the lock, waiting as `wait` allows. Returns `Ok(false)` when the
     /// wait ran out. `interrupt` is consulted every 50 ms while waiting.
     ///
-    /// Uncontended, a non-fair lock is taken with one plain `SET NX PX`, which
-    /// draws no fencing token: [`Lock::fencing_token`] draws it when first read.
+    /// Uncontended, a non-fair lock (without `min_replicas`) is taken with one
+    /// plain `SET NX PX`, which draws no fencing token:
+    /// [`Lock::fencing_token`] draws it when first read.
     pub fn acquire(&self, wait: Wait, interrupt: Option<Interrupt<'_>>) -> Result<bool> {
         if self.opts.reentrant
             && let Some(h) = lock(&self.state).held_here()
@@ -340,10 +342,15 @@ impl Lock {
     /// A busy `SET` goes on to wait (the waiting attempts handle legacy
     /// orphans), or for a try-once, to one scripted attempt, which gives a
     /// legacy orphan (a key without TTL) its expiry and takes the lock if it
-    /// was freed in between. A fair lock always needs the script (waiters go
-    /// first).
+    /// was freed in between (two round trips where the script alone took
+    /// one; orphans would otherwise block try-once callers forever). A fair
+    /// lock always needs the script (waiters go first), and so does one with
+    /// `min_replicas`: its `WAIT` must cover the token's write too.
     fn first_attempt(&self, token: &str, wait: Wait) -> Result<Option<Fence>> {
-        if !self.opts.fair && !fence_readers::contains(&self.keys.lock) {
+        if !self.opts.fair
+            && self.opts.min_replicas == 0
+            && !fence_readers::contains(&self.keys.lock)
+        {
             let mut set = redis::cmd("SET");
             set.arg(&self.keys.lock)
                 .arg(token)
@@ -546,8 +553,10 @@ impl Lock {
     /// lock is still ours and draws the token inside the hold, so it orders
     /// with the other holders' exactly as if the acquire had drawn it. Later
     /// reads of the same hold answer the same token without a round trip.
-    /// `Ok(None)` when this object does not hold the lock, or when the first
-    /// read found it gone (expired or taken: [`Lock::lost`] is then true).
+    /// `Ok(None)` when this object does not hold the lock; an
+    /// [`ErrorKind::Lost`] error when the first read found it gone
+    /// (expired or taken: [`Lock::lost`] is then true), so that a stale
+    /// holder cannot pass on a missing token as if its write were unfenced.
     pub fn fencing_token(&self) -> Result<Option<i64>> {
         let token = match lock(&self.state).held_here() {
             None => return Ok(None),
@@ -570,7 +579,13 @@ impl Lock {
             Some(f) => Ok(Some(*h.fence.get_or_insert(f))),
             None => {
                 st.lost = true;
-                Ok(None)
+                Err(Error::new(
+                    ErrorKind::Lost,
+                    format!(
+                        "{}: lost: it expired or another owner took it before its fencing token was read",
+                        self.label
+                    ),
+                ))
             }
         }
     }

@@ -224,8 +224,9 @@ mod tests {
         }
     }
 
-    /// The common case of the hottest scripts (an uncontended acquire and
-    /// release, a pop with tasks due) creates no closure it does not call:
+    /// The common case of the hottest scripts (a scripted acquire of a free
+    /// lock, an uncontended release, a pop with tasks due) creates no closure
+    /// it does not call:
     /// the helpers of their slow paths are defined after the marker.
     #[test]
     fn common_cases_leave_the_slow_path_helpers_undefined() {

@@ -141,8 +141,10 @@ fn fencing_tokens_strictly_increase_across_holders() {
         assert_eq!(l.fencing_token().unwrap(), None);
     }
     // Still increasing after the fence key itself was deleted (server clock).
+    // (Only this test's keys: the tests share one server.)
+    let pattern = format!("*{}x:fence", String::from_utf8_lossy(&opts.prefix));
     let mut r = raw();
-    let keys: Vec<String> = redis::cmd("KEYS").arg("*fence").query(&mut r).unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS").arg(&pattern).query(&mut r).unwrap();
     for k in keys {
         let _: () = r.del(k).unwrap();
     }
@@ -152,7 +154,7 @@ fn fencing_tokens_strictly_increase_across_holders() {
     locks[0].release().unwrap();
     // A counter ahead of the server clock (the clock stepped back): one more
     // than the last token, each time.
-    let keys: Vec<String> = redis::cmd("KEYS").arg("*fence").query(&mut r).unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS").arg(&pattern).query(&mut r).unwrap();
     assert_eq!(keys.len(), 1, "{keys:?}");
     let ahead = after_loss + 3_600_000_000; // an hour of µs
     let _: () = r.set(&keys[0], ahead).unwrap();
@@ -191,8 +193,9 @@ fn fencing_token_is_drawn_on_first_read_while_held() {
     assert_eq!(r.get::<_, i64>(&fence).unwrap(), fb);
     // Too late for a: no token, and a now knows it lost the lock.
     assert!(!a.lost());
-    assert_eq!(a.fencing_token().unwrap(), None);
+    assert_eq!(a.fencing_token().unwrap_err().kind(), ErrorKind::Lost);
     assert!(a.lost());
+    assert_eq!(a.release().unwrap_err().kind(), ErrorKind::NotOwned);
     // A hold keeps the token it drew, without asking Redis again.
     let _: () = r.set(&fence, fb + 1_000).unwrap();
     assert_eq!(b.fencing_token().unwrap(), Some(fb));

@@ -8,7 +8,7 @@ use ext_php_rs::convert::IntoZval;
 use ext_php_rs::exception::PhpResult;
 use ext_php_rs::prelude::*;
 use ext_php_rs::types::{ZendClassObject, Zval};
-use ferrolock::{Client, DistributedLock, Lock, LockOptions, Redlock, Wait, validate};
+use ferrolock::{Client, DistributedLock, ErrorKind, Lock, LockOptions, Redlock, Wait, validate};
 
 use crate::args::{
     FloatArg, IntArg, StrArg, at, cap_wait, exception, guard, legacy, lock_exception, warn,
@@ -261,8 +261,10 @@ impl RedisLock {
             let name = name.get(&at("RedisLock::fencingToken", 1, "name"))?;
             let mut out = Zval::new();
             let hold = self.held.get(&name).filter(|l| !l.lost());
-            let fence = match hold {
-                Some(l) => l.fencing_token().map_err(exception)?,
+            let fence = match hold.map(|l| l.fencing_token()) {
+                Some(Ok(fence)) => fence,
+                Some(Err(e)) if e.kind() == ErrorKind::Lost => None,
+                Some(Err(e)) => return Err(exception(e)),
                 None => None,
             };
             match fence {

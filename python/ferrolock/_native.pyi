@@ -52,12 +52,15 @@ class _LockBase:
         """Strictly increasing per lock name across all holders; pass it to the
         storage you protect so it can reject writes of a stale holder.
 
-        ``None`` when this object does not hold the lock. An uncontended acquire
-        draws no token (it is a plain ``SET NX PX``): the first read of a hold's
-        token draws it, in one round trip that also checks the lock is still
-        ours (``None``, and :attr:`lost` set, when it is gone); later reads of
+        ``None`` when this object does not hold the lock. An uncontended
+        acquire of a non-fair :class:`Lock` draws no token (it is a plain
+        ``SET NX PX``): the first read of that hold's token draws it, in one
+        blocking round trip that also checks the lock is still ours
+        (:class:`LockLostError`, and :attr:`lost` set, when it is gone;
+        :class:`ConnectionError` when Redis cannot be reached). Later reads of
         the hold answer the same token without asking Redis, and later
-        acquires of this name in this process draw it themselves."""
+        acquires of this name in this process draw it themselves. A
+        :class:`Redlock`'s token comes with its acquire."""
     @property
     def lost(self) -> bool:
         """``True`` once the lock was lost while held: the watchdog found it gone

@@ -66,6 +66,7 @@ pub fn to_py(err: Error) -> PyErr {
             Exc::Connection.err(message)
         }
         ErrorKind::NotOwned => Exc::NotOwned.err(message),
+        ErrorKind::Lost => Exc::Lost.err(message),
         ErrorKind::QueueLocked => Exc::Timeout.err(message),
         ErrorKind::Quorum => Exc::Lock.err(message),
         _ => Exc::Ferrolock.err(message),

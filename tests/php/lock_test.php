@@ -151,8 +151,9 @@ assert($a->lock($n) === false);
 assert($renewing->unlock($n) === true);
 ok('auto_renew and fair options');
 
-// fencingToken() asks no one, but turns false once auto-renew finds the hold
-// lost (here: the key deleted, as if it expired, and taken by someone else).
+// Once read, fencingToken() asks no one again, but turns false once
+// auto-renew finds the hold lost (here: the key deleted, as if it expired,
+// and taken by someone else).
 $n = uniq('fence-lost');
 $renewing = new RedisLock(['url' => redis_url(), 'auto_renew' => true]);
 assert($renewing->lock($n, 0, 5) === true);

@@ -150,8 +150,11 @@ def test_fencing_token_is_drawn_only_while_held(url, r, name):
     assert late.acquire()
     r("DEL", key(name))  # as if it expired
     with Lock(name) as other:
-        # The first read draws the token, and finds late's hold gone.
-        assert late.fencing_token is None and late.lost
+        # The first read draws the token, and finds late's hold gone: an
+        # error, not None, which a store might take for "unfenced".
+        with pytest.raises(LockLostError, match="fencing token"):
+            _ = late.fencing_token
+        assert late.lost
         assert isinstance(other.fencing_token, int)
         assert other.fencing_token == other.fencing_token
     with pytest.raises(LockNotOwnedError):

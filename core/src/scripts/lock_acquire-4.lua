@@ -46,8 +46,8 @@ if holder == token then
   return next_fence(fence, ttl)
 end
 
--- The short form (a first attempt of a non-fair lock) stops here: it does
--- not register, and the lock is busy.
+-- The short form (an attempt of a non-fair lock that does not register)
+-- stops here: the lock is busy.
 if not waiters then return heal_orphan(lock, ttl) end
 
 local now = now_us()

@@ -121,12 +121,15 @@ end
 -- or one more than the last token when the clock is not past that (it stepped
 -- back). `now` (µs) is read from the server clock when not given. Returns the
 -- token as decimal text, as the acquire script answers it.
--- This is most of an uncontended acquire's work, so it is kept short: SET
--- with GET (Redis 6.2) writes the new token and reads the last in one
--- command, and the clock becomes text by concatenation, not number
--- formatting. With the acquire's plain-string reply, Redis runs a sixth
--- fewer instructions per uncontended acquire than with GET, SET and a table
--- (callgrind: 81k -> 67k).
+-- This is most of a free lock's scripted acquire (see lock.rs for when an
+-- acquire is scripted), so it is kept short: SET with GET (Redis 6.2) writes
+-- the new token and reads the last in one command, and the clock becomes
+-- text by concatenation, not number formatting. With the acquire's
+-- plain-string reply, Redis runs a sixth fewer instructions per such acquire
+-- than with GET, SET and a table (callgrind: 81k -> 67k).
+-- The counter lives ttl + 60 s past its last write (a draw, an extend, a
+-- renewal): a server clock stepping back by more than that between two
+-- draws is not covered.
 -- Redis 6.0 and 6.1 refuse SET's GET option (a syntax error; nothing is
 -- written): there, and only after that refusal, the last token is read and
 -- the new one written in two commands. A script error here would come after
