@@ -26,6 +26,35 @@ core: ## Build the Rust core (release)
 php: ## Build the PHP extension: target/release/libferrolock_php.so
 	cargo build --release -p ferrolock-php
 
+# `make pie`: what PIE runs (composer.json's php-ext section), on a clean copy
+# of the tracked files: phpize, ./configure, make, make install (into
+# $(PIE_DIR)/root). The copy keeps the work tree's mtimes, directories'
+# included, and cargo builds into the workspace's target directory (or
+# $CARGO_TARGET_DIR), so it compiles only what `make php` would.
+PIE_DIR := target/pie
+PHPIZE ?= phpize
+PHP_CONFIG ?= php-config
+
+.PHONY: pie
+pie: ## Build the PHP extension the PIE way from a clean copy -> target/pie/ferrolock.so
+	@set -euo pipefail; \
+	rm -rf $(PIE_DIR); mkdir -p $(PIE_DIR)/src; \
+	git ls-files | while IFS= read -r f; do if [ -e "$$f" ]; then printf '%s\n' "$$f"; fi; done > $(PIE_DIR)/files; \
+	tar -T $(PIE_DIR)/files -cf - | tar -xf - -C $(PIE_DIR)/src; \
+	awk -F/ '{ p = ""; for (i = 1; i < NF; i++) { p = p $$i; print p; p = p "/" } }' $(PIE_DIR)/files | sort -u \
+		| while IFS= read -r d; do touch -r "$$d" "$(PIE_DIR)/src/$$d"; done; \
+	meta() { php -n -r '$$e = json_decode(file_get_contents("$(PIE_DIR)/src/composer.json"), true)["php-ext"]; echo $$e[$$argv[1]] ?? $$argv[2];' "$$@"; }; \
+	build_path=$$(meta build-path .); ext=$$(meta extension-name ferrolock); \
+	export CARGO_TARGET_DIR=$(abspath $(or $(CARGO_TARGET_DIR),target)); \
+	cd $(PIE_DIR)/src/$$build_path; \
+	echo "pie: phpize, configure, make, make install in $(PIE_DIR)/src/$$build_path"; \
+	$(PHPIZE) >/dev/null; \
+	./configure --quiet --with-php-config="$$(command -v $(PHP_CONFIG))"; \
+	$(MAKE) --no-print-directory; \
+	$(MAKE) --no-print-directory install INSTALL_ROOT=$(abspath $(PIE_DIR))/root; \
+	cp modules/$$ext.so $(abspath $(PIE_DIR))/$$ext.so; \
+	echo "pie: built $(PIE_DIR)/$$ext.so: php -d extension_dir=$(PIE_DIR) -d extension=$$ext"
+
 .PHONY: python
 python: ## Build and install the Python package (pip install .)
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --force-reinstall --no-deps .
