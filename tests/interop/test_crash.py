@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 from ferrolock import Queue
-from tests.conftest import PHP_EXT
+from tests.conftest import PHP_EXT, ROOT
 
 HERE = Path(__file__).parent
 TASKS = 20_000
@@ -36,9 +36,9 @@ class Consumer:
         if self.lang == "python":
             cmd = [sys.executable, str(HERE / "workers" / "consumer.py")]
         else:
-            cmd = ["php", "-d", f"extension={PHP_EXT}", str(HERE / "php" / "workers" / "consumer.php")]
+            cmd = ["php", "-d", f"extension={PHP_EXT}", str(HERE / "workers" / "consumer.php")]
         self.proc = subprocess.Popen([*cmd, self.queue, str(self.log)],
-                                     env={**os.environ, "REDIS_URL": self.url}, cwd=HERE.parent)
+                                     env={**os.environ, "REDIS_URL": self.url}, cwd=ROOT)
 
     def kill_and_restart(self) -> None:
         assert self.proc is not None

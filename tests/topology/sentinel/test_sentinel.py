@@ -9,16 +9,15 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 import ferrolock
 from ferrolock import Lock, LockTimeout, Queue, Redlock
-from tests.conftest import run_php
+from tests.conftest import ROOT, run_php
 from tests.support.servers import RedisCluster, RedisServer, SentinelSetup
 
-HERE = Path(__file__).parent
+TESTS = ROOT / "tests"
 
 
 @pytest.fixture
@@ -124,7 +123,7 @@ def test_redlock_quorum(masters):
 
 def test_redlock_from_php(masters):
     urls = urls_of(masters)
-    script = HERE / "php" / "_redlock.php"
+    script = TESTS / "php" / "_redlock.php"
     script.write_text("<?php $l = new RedisLock(['servers' => json_decode($argv[1])]);"
                       "var_dump($l->lock('php-rl', 0.3)); var_dump($l->unlock('php-rl'));")
     try:
@@ -145,8 +144,8 @@ def test_redlock_contention_while_masters_die_and_come_back(masters, tmp_path):
     urls = urls_of(masters)
     counter = tmp_path / "counter"
     counter.write_text("0")
-    workers = [subprocess.Popen([sys.executable, str(HERE / "workers" / "redlock_increment.py"),
-                                 str(counter), "200", *urls], cwd=HERE.parent) for _ in range(4)]
+    workers = [subprocess.Popen([sys.executable, str(TESTS / "topology/redlock/workers/redlock_increment.py"),
+                                 str(counter), "200", *urls], cwd=ROOT) for _ in range(4)]
     restarts = 0
     try:
         while any(w.poll() is None for w in workers):

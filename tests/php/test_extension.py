@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import PHP_EXT, ROOT, run_php
 from tests.support.servers import RedisServer, free_port, wait_port
 
-PHP = Path(__file__).parent / "php"
+PHP = Path(__file__).parent
 
 
 @pytest.fixture(scope="module", autouse=True)
