@@ -1,13 +1,10 @@
 //! Lock behaviour against a real redis-server.
-#![allow(clippy::unwrap_used)]
-
-mod common;
 
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{client, lock_opts, own_server, raw};
+use crate::common::{client, lock_opts, own_server, raw};
 use ferrolock::{Client, ErrorKind, Lock, LockOptions, Wait};
 use redis::Commands;
 
