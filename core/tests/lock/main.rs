@@ -6,3 +6,6 @@
 mod common;
 
 mod basic;
+mod fencing;
+mod waiting;
+mod watchdog;
