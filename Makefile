@@ -78,11 +78,11 @@ lint: ## cargo fmt --check, clippy -D warnings, ruff, php -l
 	cargo clippy --workspace --all-targets -- -D warnings
 	$(PYTHON) -m ruff check python tests bench scripts
 	php -n -l php/ferrolock.stubs.php
-	@for f in tests/php/*.php tests/php/*/*.php; do php -n -l $$f >/dev/null || exit 1; done
+	@for f in $$(find tests -name '*.php' | sort); do php -n -l $$f >/dev/null || exit 1; done
 
 .PHONY: stubs
 stubs: php python ## Check the Python and PHP stubs against the built modules (mypy.stubtest, PHP reflection)
-	$(PYTHON) -m pytest -q tests/python/test_stubs.py "tests/test_php.py::test_stubs_match_the_extension"
+	$(PYTHON) -m pytest -q tests/python/test_stubs.py "tests/php/test_extension.py::test_stubs_match_the_extension"
 
 .PHONY: demo
 demo: setup php python ## Demo: Python and PHP workers share a lock and a queue on a throwaway redis-server

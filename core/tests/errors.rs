@@ -1,11 +1,13 @@
-//! Bad input and unreachable Redis.
+//! Bad input, and a Redis that is unreachable, stalled, refusing credentials or
+//! writes, or has forgotten its scripts.
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
+use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{client, lock_opts, queue_opts, raw};
+use common::{client, lock_opts, own_server, queue_opts, raw, wait_in_thread};
 use ferrolock::testing::{RedisServer, free_port};
 use ferrolock::{Client, Config, ErrorKind, Lock, LockOptions, Queue, Wait};
 
@@ -183,4 +185,56 @@ fn auth_errors_are_clear() {
         !err.to_string().contains("nope"),
         "password not leaked: {err}"
     );
+}
+
+/// A restart, a failover or SCRIPT FLUSH empties the server's script cache:
+/// every call loads its script again and goes on, including a release sent
+/// behind a PING (the one after a wait).
+#[test]
+fn scripts_are_loaded_again_after_the_script_cache_is_flushed() {
+    let (_server, c, mut r) = own_server();
+    let mut flush = || {
+        let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut r).unwrap();
+    };
+    let opts = lock_opts("flush");
+    let holder = Lock::new(&c, b"x", opts.clone()).unwrap();
+    assert!(holder.try_acquire().unwrap());
+    let waiter = wait_in_thread(&c, opts);
+    thread::sleep(Duration::from_millis(300));
+    flush();
+    holder.release().unwrap();
+    let (waiter, ok, _) = waiter.join().unwrap();
+    assert!(ok);
+    flush();
+    waiter.release().unwrap();
+    assert!(!waiter.locked().unwrap());
+    flush();
+    assert!(holder.try_acquire().unwrap());
+    holder.release().unwrap();
+}
+
+/// A server that refuses writes (here: too few replicas for
+/// `min-replicas-to-write`; OOM under `noeviction` is the same) answers an
+/// acquire with that error, busy lock or not, instead of a plain "no".
+#[test]
+fn a_server_refusing_writes_fails_the_acquire_with_its_error() {
+    let (_server, c, mut r) = own_server();
+    let opts = lock_opts("refused");
+    let holder = Lock::new(&c, b"x", opts.clone()).unwrap();
+    assert!(holder.try_acquire().unwrap());
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("min-replicas-to-write")
+        .arg(1)
+        .query(&mut r)
+        .unwrap();
+    let other = Lock::new(&c, b"x", opts.clone()).unwrap();
+    let busy = other.try_acquire().unwrap_err();
+    assert_eq!(busy.kind(), ErrorKind::Redis, "{busy}");
+    assert!(busy.to_string().contains("NOREPLICAS"), "{busy}");
+    let fresh = Lock::new(&c, b"y", opts).unwrap();
+    let free = fresh.try_acquire().unwrap_err();
+    assert!(free.to_string().contains("NOREPLICAS"), "{free}");
+    // Reads still work, and the holder keeps its lock.
+    assert!(holder.locked().unwrap());
 }

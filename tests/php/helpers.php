@@ -1,5 +1,5 @@
 <?php
-/** Shared helpers of the PHP tests (run by tests/test_php.py with assertions on). */
+/** Shared helpers of the PHP tests (run with assertions on by tests/php/ and tests/interop/). */
 
 require_once __DIR__ . '/legacy/LegacyRedis.php';
 

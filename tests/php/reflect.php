@@ -2,7 +2,7 @@
 /**
  * Dumps the shape of the ferrolock classes as JSON: from the loaded extension
  * (`php -d extension=… reflect.php`) or from the stubs (`php -n reflect.php
- * path/to/ferrolock.stubs.php`). tests/test_php.py compares the two.
+ * path/to/ferrolock.stubs.php`). tests/php/test_extension.py compares the two.
  */
 if ($argc > 1) {
     require $argv[1];

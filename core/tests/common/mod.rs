@@ -3,9 +3,11 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 use std::sync::{Mutex, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant};
 
 use ferrolock::testing::{RedisServer, unique_prefix};
-use ferrolock::{Client, Config, LockOptions, QueueOptions};
+use ferrolock::{Client, Config, Lock, LockOptions, QueueOptions, Wait};
 
 static SERVER: OnceLock<Mutex<Option<RedisServer>>> = OnceLock::new();
 
@@ -75,4 +77,15 @@ pub fn own_server() -> (RedisServer, Client, redis::Connection) {
         .get_connection()
         .unwrap();
     (server, client, conn)
+}
+
+/// A thread that waits up to 20 s for lock "x"; it returns the lock, whether
+/// it got it, and when the wait ended.
+pub fn wait_in_thread(c: &Client, opts: LockOptions) -> thread::JoinHandle<(Lock, bool, Instant)> {
+    let c = c.clone();
+    thread::spawn(move || {
+        let l = Lock::new(&c, b"x", opts).unwrap();
+        let ok = l.acquire(Wait::For(Duration::from_secs(20)), None).unwrap();
+        (l, ok, Instant::now())
+    })
 }

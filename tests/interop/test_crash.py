@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 from ferrolock import Queue
-from tests.conftest import PHP_EXT
+from tests.conftest import PHP_EXT, ROOT, run_php
 
 HERE = Path(__file__).parent
 TASKS = 20_000
@@ -36,9 +36,9 @@ class Consumer:
         if self.lang == "python":
             cmd = [sys.executable, str(HERE / "workers" / "consumer.py")]
         else:
-            cmd = ["php", "-d", f"extension={PHP_EXT}", str(HERE / "php" / "workers" / "consumer.php")]
+            cmd = ["php", "-d", f"extension={PHP_EXT}", str(HERE / "workers" / "consumer.php")]
         self.proc = subprocess.Popen([*cmd, self.queue, str(self.log)],
-                                     env={**os.environ, "REDIS_URL": self.url}, cwd=HERE.parent)
+                                     env={**os.environ, "REDIS_URL": self.url}, cwd=ROOT)
 
     def kill_and_restart(self) -> None:
         assert self.proc is not None
@@ -114,3 +114,20 @@ def test_queue_crash_python_consumers(url, r, name, tmp_path):
 def test_queue_crash_mixed_python_and_php_consumers(url, r, name, tmp_path):
     stats = drain_under_fire(url, r, name, ["python", "php", "python", "php"], tmp_path)
     assert stats["kills"] >= 5
+
+
+def test_kill_9_holder_php_waiter_gets_the_lock_after_ttl(url: str, name: str, tmp_path: Path) -> None:
+    script = tmp_path / "hold.php"
+    script.write_text(f"<?php $l = new RedisLock(); $l->lock({name!r}, 0, 5); echo \"held\\n\"; sleep(600);")
+    holder = subprocess.Popen(["php", "-d", f"extension={PHP_EXT}", str(script)],
+                              env={**os.environ, "REDIS_URL": url}, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    holder.kill()
+    holder.wait()
+    holder.stdout.close()
+    killed = time.monotonic()
+    waiter = tmp_path / "wait.php"
+    waiter.write_text(f"<?php $l = new RedisLock(); var_dump($l->lock({name!r}, 30));")
+    out = run_php(waiter, env={"REDIS_URL": url}).stdout
+    assert "bool(true)" in out
+    assert time.monotonic() - killed < 5 + 1 + 1  # TTL + 1 s (+ php start-up)

@@ -1,6 +1,6 @@
 <?php
 /** A legacy-style lock and RedisLock on the same name exclude each other. */
-require __DIR__ . '/helpers.php';
+require __DIR__ . '/../php/helpers.php';
 
 $legacy = new LegacyRedisLock();
 $ours = new RedisLock();

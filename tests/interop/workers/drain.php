@@ -1,7 +1,7 @@
 <?php
 /** Worker: pops tasks until the queue stays empty, printing each id.
  *  Usage: drain.php ferrolock|legacy <queue name> <batch> */
-require __DIR__ . '/../helpers.php';
+require __DIR__ . '/../../php/helpers.php';
 [, $mode, $name, $batch] = $argv;
 $q = $mode === 'legacy' ? new LegacyRedisQueue() : new RedisQueue();
 $idle = 0;

@@ -1,0 +1,11 @@
+//! Lock behaviour against a real redis-server, one module per concern (one
+//! test binary: each file directly under `tests/` would be another to link).
+#![allow(clippy::unwrap_used)]
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod basic;
+mod fencing;
+mod waiting;
+mod watchdog;
