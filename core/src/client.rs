@@ -16,6 +16,7 @@ use redis::{ConnectionInfo, ConnectionLike, RedisResult};
 
 use crate::config::{Config, Target, node_info};
 use crate::error::{Error, ErrorKind, Result};
+use crate::sync::LockUnpoisoned;
 
 /// Idle connections kept per client; more concurrent users simply open more
 /// and close the surplus when they are done.
@@ -163,15 +164,15 @@ thread_local! {
 
 /// `fork()` prepare handler: waits until no thread uses the registry or a pool.
 pub(crate) fn hold_for_fork() {
-    let registry = lock(&REGISTRY);
-    let pools = lock(&POOLS);
+    let registry = REGISTRY.lock_unpoisoned();
+    let pools = POOLS.lock_unpoisoned();
     let mut idle = Vec::new();
     for inner in pools.iter().filter_map(Weak::upgrade) {
         // SAFETY: the guard borrows from the pool `inner` points to, and is
         // stored next to that Arc, which keeps the pool alive; `ForkHold`
         // drops the guard first (tuple fields drop in order).
         let m: &'static Mutex<Idle> = unsafe { &*std::ptr::from_ref(&inner.idle) };
-        idle.push((lock(m), inner));
+        idle.push((m.lock_unpoisoned(), inner));
     }
     let hold = ForkHold {
         registry: Some(registry),
@@ -251,7 +252,7 @@ impl Client {
             }),
             looked_up: Condvar::new(),
         });
-        let mut pools = lock(&POOLS);
+        let mut pools = POOLS.lock_unpoisoned();
         pools.retain(|p| p.strong_count() > 0);
         pools.push(Arc::downgrade(&inner));
         Ok(Self { inner })
@@ -261,11 +262,15 @@ impl Client {
     /// URL shares one pool.
     pub fn shared(url: &str) -> Result<Self> {
         let key = url.trim().to_owned();
-        if let Some(client) = lock(&REGISTRY).as_ref().and_then(|r| r.get(&key)) {
+        if let Some(client) = REGISTRY
+            .lock_unpoisoned()
+            .as_ref()
+            .and_then(|r| r.get(&key))
+        {
             return Ok(client.clone());
         }
         let client = Client::new(Config::from_url(&key)?)?;
-        let mut registry = lock(&REGISTRY);
+        let mut registry = REGISTRY.lock_unpoisoned();
         Ok(registry
             .get_or_insert_with(HashMap::new)
             .entry(key)
@@ -346,7 +351,7 @@ impl Client {
     }
 
     fn idle(&self) -> MutexGuard<'_, Idle> {
-        let mut idle = lock(&self.inner.idle);
+        let mut idle = self.inner.idle.lock_unpoisoned();
         let pid = current_pid();
         if idle.pid != pid {
             // Forked: the sockets belong to the parent. Forget, never close.
@@ -867,12 +872,6 @@ fn is_failover(e: &redis::RedisError) -> bool {
         redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
             | redis::ErrorKind::Server(redis::ServerErrorKind::MasterDown)
     )
-}
-
-/// Locks a mutex, recovering it if a panicking thread poisoned it (the data
-/// behind our mutexes stays consistent at every await point).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// rustls needs one process-wide crypto provider; we ship `ring`.

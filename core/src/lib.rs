@@ -39,6 +39,7 @@ mod redlock;
 mod scripts;
 mod sentinel;
 mod signals;
+mod sync;
 pub mod validate;
 pub mod wait;
 mod watchdog;
@@ -51,15 +52,8 @@ pub use config::{
     Config, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_URL, UrlParts, default_url,
 };
 pub use error::{Error, ErrorKind, Result};
-pub use lock::{DEFAULT_LOCK_PREFIX, DEFAULT_TTL, DistributedLock, Lock, LockOptions};
-pub use queue::{
-    DEFAULT_LEGACY_LOCK_TIMEOUT, DEFAULT_QUEUE_PREFIX, DEFAULT_VISIBILITY, Queue, QueueOptions,
-    Task,
-};
+pub use keys::{DEFAULT_LOCK_PREFIX, DEFAULT_QUEUE_PREFIX, new_token};
+pub use lock::{DEFAULT_TTL, DistributedLock, Lock, LockOptions};
+pub use queue::{DEFAULT_LEGACY_LOCK_TIMEOUT, DEFAULT_VISIBILITY, Queue, QueueOptions, Task};
 pub use redlock::Redlock;
 pub use wait::Wait;
-
-/// A fresh random token: UUID v4 (122 random bits from the OS RNG), 32 hex digits.
-pub fn new_token() -> String {
-    uuid::Uuid::new_v4().simple().to_string()
-}

@@ -8,19 +8,17 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::client::{Client, Conn, lock};
+use crate::client::{Client, Conn};
 use crate::error::{Error, ErrorKind, Result};
-use crate::keys::LockKeys;
+use crate::keys::{DEFAULT_LOCK_PREFIX, LockKeys, label, new_token};
 use crate::scripts::{Call, LOCK_ACQUIRE, LOCK_DRAW_FENCE, LOCK_EXTEND, LOCK_LEAVE, LOCK_RELEASE};
+use crate::sync::LockUnpoisoned;
 use crate::validate;
 use crate::wait::{self, Attempt, Interrupt, Leaving, Wait, WaitSpec};
 use crate::watchdog::{self, Lease};
 
 /// Default lock TTL.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
-
-/// Default key prefix of locks (the legacy one).
-pub const DEFAULT_LOCK_PREFIX: &str = "Lock:";
 
 /// Settings of a [`Lock`]. Start from `LockOptions::default()` and set fields.
 #[derive(Debug, Clone)]
@@ -195,16 +193,6 @@ pub(crate) fn acquire_call(
         .arg(&k.channel)
 }
 
-/// `lock "name"` (or `queue "name"`), shortened for messages.
-pub(crate) fn label(kind: &str, name: &[u8]) -> String {
-    let text = String::from_utf8_lossy(name);
-    let mut shown: String = text.chars().take(64).collect();
-    if shown.len() < text.len() {
-        shown.push('…');
-    }
-    format!("{kind} {shown:?}")
-}
-
 impl Lock {
     /// A lock on `name` (any bytes, 1 to 4096 of them). Nothing is sent to
     /// Redis until the first operation.
@@ -252,12 +240,12 @@ impl Lock {
     /// [`Lock::fencing_token`] draws it when first read.
     pub fn acquire(&self, wait: Wait, interrupt: Option<Interrupt<'_>>) -> Result<bool> {
         if self.opts.reentrant
-            && let Some(h) = lock(&self.state).held_here()
+            && let Some(h) = self.state.lock_unpoisoned().held_here()
         {
             h.depth += 1;
             return Ok(true);
         }
-        let token = crate::new_token();
+        let token = new_token();
         let mut waited = false;
         let fence: Option<Fence> = match self.first_attempt(&token, wait)? {
             Some(fence) => Some(fence),
@@ -310,7 +298,7 @@ impl Lock {
             watchdog::register(lease.clone());
             lease
         });
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock_unpoisoned();
         if let Some(old) = st.held.take().and_then(|h| h.lease) {
             watchdog::unregister(&old);
         }
@@ -445,7 +433,7 @@ impl Lock {
     /// Redis by the last of its nested releases.
     pub fn release(&self) -> Result<()> {
         let held = {
-            let mut st = lock(&self.state);
+            let mut st = self.state.lock_unpoisoned();
             match st.held_here() {
                 None => return Err(self.not_held(&st)),
                 Some(h) if h.depth > 1 => {
@@ -466,13 +454,13 @@ impl Lock {
                 if released {
                     Ok(())
                 } else {
-                    lock(&self.state).lost = true;
+                    self.state.lock_unpoisoned().lost = true;
                     Err(self.not_owned("it expired or another owner took it before the release"))
                 }
             }
             Err(e) => {
                 // Unknown outcome: keep believing we hold it, so a retry can release.
-                let mut st = lock(&self.state);
+                let mut st = self.state.lock_unpoisoned();
                 if st.held.is_none() {
                     st.held = Some(held);
                 }
@@ -490,7 +478,7 @@ impl Lock {
             )));
         }
         let (token, lease) = {
-            let mut st = lock(&self.state);
+            let mut st = self.state.lock_unpoisoned();
             match st.held_here() {
                 Some(h) => (h.token.clone(), h.lease.clone()),
                 None => return Err(self.not_held(&st)),
@@ -508,7 +496,7 @@ impl Lock {
             }
             Ok(())
         } else {
-            lock(&self.state).lost = true;
+            self.state.lock_unpoisoned().lost = true;
             Err(self.not_owned("it expired or another owner took it"))
         }
     }
@@ -542,7 +530,10 @@ impl Lock {
 
     /// The token of the current hold, if this object believes it holds the lock.
     pub fn token(&self) -> Option<String> {
-        lock(&self.state).held_here().map(|h| h.token.clone())
+        self.state
+            .lock_unpoisoned()
+            .held_here()
+            .map(|h| h.token.clone())
     }
 
     /// The fencing token of the current hold: strictly increasing per name
@@ -558,7 +549,7 @@ impl Lock {
     /// (expired or taken: [`Lock::lost`] is then true), so that a stale
     /// holder cannot pass on a missing token as if its write were unfenced.
     pub fn fencing_token(&self) -> Result<Option<i64>> {
-        let token = match lock(&self.state).held_here() {
+        let token = match self.state.lock_unpoisoned().held_here() {
             None => return Ok(None),
             Some(Held { fence: Some(f), .. }) => return Ok(Some(*f)),
             Some(h) => h.token.clone(),
@@ -569,7 +560,7 @@ impl Lock {
             .arg(&token)
             .arg(validate::millis(self.opts.ttl));
         let drawn: Option<i64> = self.client.run(&self.label, |c| call.query(c.like()))?;
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock_unpoisoned();
         let Some(h) = st.held_here().filter(|h| h.token == token) else {
             return Ok(None); // released (or re-acquired) meanwhile
         };
@@ -592,13 +583,16 @@ impl Lock {
 
     /// Nesting depth of a reentrant hold (0 when not held).
     pub fn depth(&self) -> u32 {
-        lock(&self.state).held_here().map_or(0, |h| h.depth)
+        self.state
+            .lock_unpoisoned()
+            .held_here()
+            .map_or(0, |h| h.depth)
     }
 
     /// True once the lock was lost while held: the watchdog found it gone or
     /// could not renew it in time, or a release/extend found it taken.
     pub fn lost(&self) -> bool {
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock_unpoisoned();
         st.lost
             || st
                 .held_here()
@@ -610,7 +604,13 @@ impl Lock {
     /// Used when the owner goes away without releasing (PHP objects that
     /// legacy code never unlocked keep their key until it expires).
     pub fn forget(&self) {
-        if let Some(lease) = lock(&self.state).held.take().and_then(|h| h.lease) {
+        if let Some(lease) = self
+            .state
+            .lock_unpoisoned()
+            .held
+            .take()
+            .and_then(|h| h.lease)
+        {
             watchdog::unregister(&lease);
         }
     }

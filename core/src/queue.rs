@@ -8,16 +8,12 @@ use redis::Value;
 
 use crate::client::Client;
 use crate::error::{Error, ErrorKind, Result};
-use crate::keys::QueueKeys;
-use crate::lock::{DEFAULT_LOCK_PREFIX, label};
+use crate::keys::{DEFAULT_LOCK_PREFIX, DEFAULT_QUEUE_PREFIX, QueueKeys, label, new_token};
 use crate::scripts::{
     QUEUE_ACK, QUEUE_DEQUEUE, QUEUE_ENQUEUE, QUEUE_LEAVE, QUEUE_NACK, QUEUE_TAKE, QUEUE_TOP,
 };
 use crate::validate;
 use crate::wait::{self, Attempt, Interrupt, Wait, WaitSpec};
-
-/// Default key prefix of queues (the legacy one).
-pub const DEFAULT_QUEUE_PREFIX: &str = "Queue:";
 
 /// Default visibility timeout of reserved tasks.
 pub const DEFAULT_VISIBILITY: Duration = Duration::from_secs(30);
@@ -235,7 +231,7 @@ impl Queue {
         let attempt = |waiter: &str| -> Result<Taken> {
             let k = &self.keys;
             let receipt = if mode == "reserve" {
-                crate::new_token()
+                new_token()
             } else {
                 String::new()
             };

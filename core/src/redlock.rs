@@ -39,11 +39,12 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-use crate::client::{Client, Subscriber, lock};
+use crate::client::{Client, Subscriber};
 use crate::error::{Error, ErrorKind, Result};
-use crate::keys::LockKeys;
-use crate::lock::{DistributedLock, Tried, acquire_call, label};
+use crate::keys::{LockKeys, label, new_token};
+use crate::lock::{DistributedLock, Tried, acquire_call};
 use crate::scripts::{LOCK_EXTEND, LOCK_FENCE, LOCK_LEAVE, LOCK_RELEASE};
+use crate::sync::LockUnpoisoned;
 use crate::validate;
 use crate::wait::{self, Interrupt, Wait};
 
@@ -263,7 +264,7 @@ impl Redlock {
     pub fn acquire(&self, wait: Wait, interrupt: Option<Interrupt<'_>>) -> Result<bool> {
         // One token for the whole call: a master that hands its key to this
         // waiter sets it to this token, which the next attempt then counts.
-        let token = crate::new_token();
+        let token = new_token();
         let mut waiter = None;
         let outcome = self.acquire_as(&token, wait, interrupt, &mut waiter);
         if let Some(w) = waiter {
@@ -317,7 +318,7 @@ impl Redlock {
             {
                 let fence = granted.iter().copied().max().unwrap_or(0);
                 self.spread_fence(&replies, fence);
-                *lock(&self.state) = Some(Held {
+                *self.state.lock_unpoisoned() = Some(Held {
                     token: token.to_string(),
                     fence,
                     pid: crate::fork::current_pid(),
@@ -371,7 +372,7 @@ impl Redlock {
     /// Subscribes on every master that answered in `replies`, in parallel
     /// (`None` when no subscription could be made).
     fn subscribe(&self, replies: &[Result<Tried>]) -> Option<Waiter> {
-        let id = crate::new_token();
+        let id = new_token();
         let mut channel = self.keys.channel.clone();
         channel.extend_from_slice(id.as_bytes());
         let answered: Vec<bool> = replies.iter().map(Result::is_ok).collect();
@@ -450,7 +451,8 @@ impl Redlock {
     }
 
     fn held_token(&self) -> Option<String> {
-        lock(&self.state)
+        self.state
+            .lock_unpoisoned()
             .as_ref()
             .filter(|h| h.pid == crate::fork::current_pid())
             .map(|h| h.token.clone())
@@ -465,7 +467,7 @@ impl Redlock {
             return Err(self.not_owned("this object does not hold it"));
         };
         let replies = self.release_everywhere(&token);
-        *lock(&self.state) = None;
+        *self.state.lock_unpoisoned() = None;
         if let Some(e) = self.unreachable(&replies) {
             self.lost.store(true, Ordering::Release);
             return Err(e);
@@ -506,7 +508,7 @@ impl Redlock {
         });
         if let Some(e) = self.unreachable(&replies) {
             self.release_everywhere(&token);
-            *lock(&self.state) = None;
+            *self.state.lock_unpoisoned() = None;
             self.lost.store(true, Ordering::Release);
             return Err(e);
         }
@@ -514,14 +516,14 @@ impl Redlock {
         let validity = ttl.checked_sub(start.elapsed() + ttl / 100 + Duration::from_millis(2));
         match validity.filter(|v| !v.is_zero() && ok >= self.quorum()) {
             Some(v) => {
-                if let Some(h) = lock(&self.state).as_mut() {
+                if let Some(h) = self.state.lock_unpoisoned().as_mut() {
                     h.valid_until = start + v;
                 }
                 Ok(())
             }
             None => {
                 self.release_everywhere(&token);
-                *lock(&self.state) = None;
+                *self.state.lock_unpoisoned() = None;
                 self.lost.store(true, Ordering::Release);
                 Err(self.not_owned(&format!(
                     "only {ok} of {} masters extended it (quorum {})",
@@ -581,7 +583,8 @@ impl Redlock {
     /// The largest fencing token the quorum issued for this hold; increasing
     /// across holders (every master of the quorum is raised to it).
     pub fn fencing_token(&self) -> Option<i64> {
-        lock(&self.state)
+        self.state
+            .lock_unpoisoned()
             .as_ref()
             .filter(|h| h.pid == crate::fork::current_pid())
             .map(|h| h.fence)
@@ -592,7 +595,8 @@ impl Redlock {
         if self.lost.load(Ordering::Acquire) {
             return true;
         }
-        lock(&self.state)
+        self.state
+            .lock_unpoisoned()
             .as_ref()
             .is_some_and(|h| h.pid == crate::fork::current_pid() && Instant::now() >= h.valid_until)
     }

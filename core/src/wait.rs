@@ -41,6 +41,7 @@ use std::time::{Duration, Instant};
 
 use crate::client::{Client, Pooled, Subscriber, is_stale};
 use crate::error::{Error, ErrorKind, Result};
+use crate::keys::new_token;
 
 /// Default longest interval between two re-checks of a waiting caller.
 pub const DEFAULT_RECHECK: Duration = Duration::from_secs(1);
@@ -183,7 +184,7 @@ pub(crate) fn wait_loop<W: Waiting>(
     };
     let mut broken = 0;
     loop {
-        let waiter_id = crate::new_token();
+        let waiter_id = new_token();
         let mut channel = channel_prefix.to_vec();
         channel.extend_from_slice(waiter_id.as_bytes());
         let mut sub = subscribed(client, node_key, &channel, &context)?;

@@ -21,8 +21,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use crate::client::{Client, lock};
+use crate::client::Client;
 use crate::scripts::{self, LOCK_EXTEND};
+use crate::sync::LockUnpoisoned;
 
 /// Renewals due within this window of the earliest are batched with it.
 const BATCH_WINDOW: Duration = Duration::from_millis(50);
@@ -140,7 +141,7 @@ fn watchdog() -> &'static Watchdog {
 }
 
 fn state() -> std::sync::MutexGuard<'static, State> {
-    let mut st = lock(&watchdog().state);
+    let mut st = watchdog().state.lock_unpoisoned();
     let pid = crate::fork::current_pid();
     if st.pid != pid {
         // Forked child: the parent's leases and thread are not ours.
@@ -161,7 +162,7 @@ thread_local! {
 /// `fork()` prepare handler: waits until the watchdog thread is not inside
 /// its bookkeeping (it never holds the state during a round trip).
 pub(crate) fn hold_for_fork() {
-    let guard = lock(&watchdog().state);
+    let guard = watchdog().state.lock_unpoisoned();
     let _ = FORK_HOLD.try_with(|h| *h.borrow_mut() = Some(guard));
 }
 
