@@ -9,7 +9,7 @@
 //! down TLS sessions the parent still uses) and connects afresh.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Once, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use redis::{ConnectionInfo, ConnectionLike, RedisResult};
@@ -162,8 +162,21 @@ thread_local! {
     static FORK_HOLD: std::cell::RefCell<ForkHold> = std::cell::RefCell::default();
 }
 
+/// Registers the client's [`fork`](crate::fork) hooks, before the registry
+/// or a pool is first used.
+fn hold_across_forks() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        crate::fork::register(crate::fork::Hooks {
+            prepare: hold_for_fork,
+            parent: || release_after_fork(false),
+            child: || release_after_fork(true),
+        })
+    });
+}
+
 /// `fork()` prepare handler: waits until no thread uses the registry or a pool.
-pub(crate) fn hold_for_fork() {
+fn hold_for_fork() {
     let registry = REGISTRY.lock_unpoisoned();
     let pools = POOLS.lock_unpoisoned();
     let mut idle = Vec::new();
@@ -188,7 +201,7 @@ pub(crate) fn hold_for_fork() {
 /// In the child the pools are not dropped (were one the last reference, it
 /// would close sockets the parent still uses); `Client::idle` empties them
 /// there.
-pub(crate) fn release_after_fork(in_child: bool) {
+fn release_after_fork(in_child: bool) {
     let hold = FORK_HOLD
         .try_with(|h| std::mem::take(&mut *h.borrow_mut()))
         .unwrap_or_default();
@@ -210,6 +223,7 @@ pub(crate) fn release_after_fork(in_child: bool) {
 impl Client {
     /// A new client with its own pool. Nothing is connected until first use.
     pub fn new(config: Config) -> Result<Self> {
+        hold_across_forks();
         let ctx = config.redacted_url().to_owned();
         let backend = match &config.target {
             Target::Single(info) => Backend::Single(
@@ -261,6 +275,7 @@ impl Client {
     /// The process-wide client for `url`: every lock and queue naming the same
     /// URL shares one pool.
     pub fn shared(url: &str) -> Result<Self> {
+        hold_across_forks();
         let key = url.trim().to_owned();
         if let Some(client) = REGISTRY
             .lock_unpoisoned()

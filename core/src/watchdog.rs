@@ -129,14 +129,21 @@ struct Watchdog {
 
 fn watchdog() -> &'static Watchdog {
     static W: OnceLock<Watchdog> = OnceLock::new();
-    W.get_or_init(|| Watchdog {
-        state: Mutex::new(State {
-            pid: crate::fork::current_pid(),
-            entries: Vec::new(),
-            running: false,
-            wakes_at: None,
-        }),
-        wake: Condvar::new(),
+    W.get_or_init(|| {
+        crate::fork::register(crate::fork::Hooks {
+            prepare: hold_for_fork,
+            parent: release_after_fork,
+            child: release_after_fork,
+        });
+        Watchdog {
+            state: Mutex::new(State {
+                pid: crate::fork::current_pid(),
+                entries: Vec::new(),
+                running: false,
+                wakes_at: None,
+            }),
+            wake: Condvar::new(),
+        }
     })
 }
 
@@ -161,13 +168,13 @@ thread_local! {
 
 /// `fork()` prepare handler: waits until the watchdog thread is not inside
 /// its bookkeeping (it never holds the state during a round trip).
-pub(crate) fn hold_for_fork() {
+fn hold_for_fork() {
     let guard = watchdog().state.lock_unpoisoned();
     let _ = FORK_HOLD.try_with(|h| *h.borrow_mut() = Some(guard));
 }
 
 /// `fork()` parent and child handler: releases the state again.
-pub(crate) fn release_after_fork() {
+fn release_after_fork() {
     let _ = FORK_HOLD.try_with(|h| h.borrow_mut().take());
 }
 
