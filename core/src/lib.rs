@@ -37,7 +37,6 @@ mod lock;
 mod queue;
 mod redlock;
 mod scripts;
-mod sentinel;
 mod signals;
 mod sync;
 pub mod validate;

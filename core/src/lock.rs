@@ -8,7 +8,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::client::{Client, Conn};
+use crate::client::Client;
+use crate::client::conn::Conn;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::{DEFAULT_LOCK_PREFIX, LockKeys, label, new_token};
 use crate::scripts::{Call, LOCK_ACQUIRE, LOCK_DRAW_FENCE, LOCK_EXTEND, LOCK_LEAVE, LOCK_RELEASE};
@@ -345,7 +346,7 @@ impl Lock {
                 .arg("NX")
                 .arg("PX")
                 .arg(validate::millis(self.opts.ttl));
-            let reply: redis::Value = self.client.run(&self.label, |c| set.query(c.like()))?;
+            let reply: redis::Value = self.client.query(&self.label, &set)?;
             if reply != redis::Value::Nil {
                 return Ok(Some(None));
             }
@@ -367,7 +368,7 @@ impl Lock {
     fn attempt_as(&self, token: &str, waiter: &str, lease_ms: u64) -> Result<Tried> {
         let ttl_ms = validate::millis(self.opts.ttl);
         let call = acquire_call(&self.keys, token, ttl_ms, waiter, self.opts.fair, lease_ms);
-        self.client.run(&self.label, |c| call.query(c.like()))
+        call.run(&self.client, &self.label)
     }
 
     /// `WAIT min_replicas`: undo the acquire if too few replicas confirm it.
@@ -387,11 +388,8 @@ impl Lock {
             .arg(token)
             .arg(validate::millis(self.opts.ttl));
         let (still_ours, got): (i64, i64) = self.client.run(&self.label, |c| {
-            let still_ours: i64 = extend.query(c.like())?;
-            let got: i64 = redis::cmd("WAIT")
-                .arg(want)
-                .arg(timeout_ms)
-                .query(c.like())?;
+            let still_ours: i64 = extend.query(c)?;
+            let got: i64 = redis::cmd("WAIT").arg(want).arg(timeout_ms).query(c)?;
             Ok((still_ours, got))
         })?;
         if still_ours == 1 && got >= i64::from(want) {
@@ -422,7 +420,7 @@ impl Lock {
             .arg(&k.channel);
         let released: i64 = self.client.run(&self.label, |c| match c {
             Conn::Single(con) if hand_over => call.query_behind_ping(con),
-            c => call.query(c.like()),
+            c => call.query(c),
         })?;
         Ok(released == 1)
     }
@@ -489,7 +487,7 @@ impl Lock {
             .arg(&token)
             .arg(validate::millis(ttl));
         let sent = std::time::Instant::now();
-        let extended: i64 = self.client.run(&self.label, |c| call.query(c.like()))?;
+        let extended: i64 = call.run(&self.client, &self.label)?;
         if extended == 1 {
             if let Some(lease) = lease {
                 watchdog::extended(&lease, sent, ttl);
@@ -503,10 +501,8 @@ impl Lock {
 
     /// True when anyone holds the lock (checked in Redis).
     pub fn locked(&self) -> Result<bool> {
-        let exists: bool = self.client.run(&self.label, |c| {
-            redis::cmd("EXISTS").arg(&self.keys.lock).query(c.like())
-        })?;
-        Ok(exists)
+        self.client
+            .query(&self.label, redis::cmd("EXISTS").arg(&self.keys.lock))
     }
 
     /// True when this object holds the lock (checked in Redis).
@@ -514,17 +510,17 @@ impl Lock {
         let Some(token) = self.token() else {
             return Ok(false);
         };
-        let current: Option<Vec<u8>> = self.client.run(&self.label, |c| {
-            redis::cmd("GET").arg(&self.keys.lock).query(c.like())
-        })?;
+        let current: Option<Vec<u8>> = self
+            .client
+            .query(&self.label, redis::cmd("GET").arg(&self.keys.lock))?;
         Ok(current.as_deref() == Some(token.as_bytes()))
     }
 
     /// Remaining TTL of the key, whoever holds it (`None`: not held, or no TTL).
     pub fn remaining(&self) -> Result<Option<Duration>> {
-        let pttl: i64 = self.client.run(&self.label, |c| {
-            redis::cmd("PTTL").arg(&self.keys.lock).query(c.like())
-        })?;
+        let pttl: i64 = self
+            .client
+            .query(&self.label, redis::cmd("PTTL").arg(&self.keys.lock))?;
         Ok((pttl >= 0).then(|| Duration::from_millis(pttl as u64)))
     }
 
@@ -559,7 +555,7 @@ impl Lock {
             .call(&[&self.keys.lock, &self.keys.fence])
             .arg(&token)
             .arg(validate::millis(self.opts.ttl));
-        let drawn: Option<i64> = self.client.run(&self.label, |c| call.query(c.like()))?;
+        let drawn: Option<i64> = call.run(&self.client, &self.label)?;
         let mut st = self.state.lock_unpoisoned();
         let Some(h) = st.held_here().filter(|h| h.token == token) else {
             return Ok(None); // released (or re-acquired) meanwhile
@@ -741,7 +737,7 @@ impl wait::Waiting for LockWaiter<'_> {
             .arg(self.token)
             .arg(if give_back { "1" } else { "0" })
             .arg(&k.channel);
-        let reply: Vec<i64> = lock.client.run(&lock.label, |c| call.query(c.like()))?;
+        let reply: Vec<i64> = call.run(&lock.client, &lock.label)?;
         Ok(match reply.as_slice() {
             [1, fence] => Some(*fence),
             _ => None,

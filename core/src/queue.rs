@@ -172,8 +172,7 @@ impl Queue {
             call = call.arg(id.as_ref());
         }
         let reply = self.legacy_retry(legacy_timeout, interrupt, || {
-            self.client
-                .run(&self.label, |c| call.query::<Vec<Value>>(c.like()))
+            call.run::<Vec<Value>>(&self.client, &self.label)
         })?;
         Ok(int_at(&reply, 0).max(0) as usize)
     }
@@ -254,8 +253,7 @@ impl Queue {
                 None => legacy_timeout,
             };
             let reply = self.legacy_retry(Some(legacy_wait), interrupt, || {
-                self.client
-                    .run(&self.label, |c| call.query::<Vec<Value>>(c.like()))
+                call.run::<Vec<Value>>(&self.client, &self.label)
             })?;
             parse_take(&reply, mode).map_err(|e| e.context(&self.label))
         };
@@ -302,8 +300,7 @@ impl Queue {
             .call(&[&k.queue, &k.inflight, &k.waiters, &k.leases])
             .arg(waiter)
             .arg(&k.channel);
-        self.client
-            .run(&self.label, |c| call.query::<i64>(c.like()).map(drop))
+        call.run::<i64>(&self.client, &self.label).map(drop)
     }
 
     /// The first `count` due tasks: the ones [`Queue::pop`] would take, left
@@ -319,7 +316,7 @@ impl Queue {
             .arg(count)
             .arg(self.check_legacy)
             .arg(&k.channel);
-        let items: Vec<Value> = self.client.run(&self.label, |c| call.query(c.like()))?;
+        let items: Vec<Value> = call.run(&self.client, &self.label)?;
         parse_pairs(&items).map_err(|e| e.context(&self.label))
     }
 
@@ -341,8 +338,7 @@ impl Queue {
             .arg(score)
             .arg(self.check_legacy);
         let reply = self.legacy_retry(legacy_timeout, interrupt, || {
-            self.client
-                .run(&self.label, |c| call.query::<Vec<Value>>(c.like()))
+            call.run::<Vec<Value>>(&self.client, &self.label)
         })?;
         Ok(int_at(&reply, 0) == 1)
     }
@@ -357,7 +353,7 @@ impl Queue {
             .call(&[&self.keys.inflight, &self.keys.receipts])
             .arg(id)
             .arg(receipt);
-        let acked: i64 = self.client.run(&self.label, |c| call.query(c.like()))?;
+        let acked: i64 = call.run(&self.client, &self.label)?;
         Ok(acked == 1)
     }
 
@@ -383,17 +379,15 @@ impl Queue {
             .arg(self.check_legacy)
             .arg(&k.channel);
         let reply = self.legacy_retry(None, interrupt, || {
-            self.client
-                .run(&self.label, |c| call.query::<Vec<Value>>(c.like()))
+            call.run::<Vec<Value>>(&self.client, &self.label)
         })?;
         Ok(int_at(&reply, 0) == 1)
     }
 
     /// Number of queued tasks, due or delayed (reserved ones not counted).
     pub fn len(&self) -> Result<u64> {
-        self.client.run(&self.label, |c| {
-            redis::cmd("ZCARD").arg(&self.keys.queue).query(c.like())
-        })
+        self.client
+            .query(&self.label, redis::cmd("ZCARD").arg(&self.keys.queue))
     }
 
     /// True when no task is queued.
@@ -403,9 +397,8 @@ impl Queue {
 
     /// Number of reserved tasks not yet acked.
     pub fn in_flight(&self) -> Result<u64> {
-        self.client.run(&self.label, |c| {
-            redis::cmd("ZCARD").arg(&self.keys.inflight).query(c.like())
-        })
+        self.client
+            .query(&self.label, redis::cmd("ZCARD").arg(&self.keys.inflight))
     }
 
     /// Runs `op` again while it reports that a legacy client holds the queue

@@ -39,7 +39,8 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-use crate::client::{Client, Subscriber};
+use crate::client::Client;
+use crate::client::subscriber::Subscriber;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::{LockKeys, label, new_token};
 use crate::lock::{DistributedLock, Tried, acquire_call};
@@ -294,7 +295,7 @@ impl Redlock {
             let replies = self.on_each(move |i, c| {
                 let waiter = if listening[i] { id.as_str() } else { "" };
                 let call = acquire_call(&k, &owner, ttl_ms, waiter, false, lease_ms);
-                c.run(&label, |conn| call.query::<Tried>(conn.like()))
+                call.run::<Tried>(c, &label)
             });
             let elapsed = start.elapsed();
             if let Some(w) = waiter.as_mut() {
@@ -411,7 +412,7 @@ impl Redlock {
                     s.spawn(move || {
                         let call = LOCK_FENCE.call(&[&k.fence]).arg(fence).arg(ttl_ms);
                         // Best effort: a master that fails here counts as down.
-                        let _ = client.run(&self.label, |c| call.query::<i64>(c.like()));
+                        let _ = call.run::<i64>(client, &self.label);
                     });
                 }
             }
@@ -426,7 +427,7 @@ impl Redlock {
                 .call(&[&k.lock, &k.fence, &k.waiters, &k.leases])
                 .arg(&token)
                 .arg(&k.channel);
-            c.run(&label, |conn| call.query::<i64>(conn.like()))
+            call.run::<i64>(c, &label)
         })
     }
 
@@ -504,7 +505,7 @@ impl Redlock {
                 .call(&[&k.lock, &k.fence])
                 .arg(&owner)
                 .arg(validate::millis(ttl));
-            c.run(&label, |conn| call.query::<i64>(conn.like()))
+            call.run::<i64>(c, &label)
         });
         if let Some(e) = self.unreachable(&replies) {
             self.release_everywhere(&token);
@@ -537,11 +538,7 @@ impl Redlock {
     /// True when a quorum of masters has the key (anyone holds it).
     pub fn locked(&self) -> Result<bool> {
         let (key, label) = (self.keys.lock.clone(), self.label.clone());
-        let replies = self.on_all(move |c| {
-            c.run(&label, |conn| {
-                redis::cmd("EXISTS").arg(&key).query::<bool>(conn.like())
-            })
-        });
+        let replies = self.on_all(move |c| c.query::<bool>(&label, redis::cmd("EXISTS").arg(&key)));
         if let Some(e) = self.unreachable(&replies) {
             return Err(e);
         }
@@ -558,13 +555,8 @@ impl Redlock {
             return Ok(false);
         }
         let (key, label) = (self.keys.lock.clone(), self.label.clone());
-        let replies = self.on_all(move |c| {
-            c.run(&label, |conn| {
-                redis::cmd("GET")
-                    .arg(&key)
-                    .query::<Option<Vec<u8>>>(conn.like())
-            })
-        });
+        let replies =
+            self.on_all(move |c| c.query::<Option<Vec<u8>>>(&label, redis::cmd("GET").arg(&key)));
         if let Some(e) = self.unreachable(&replies) {
             return Err(e);
         }
@@ -693,7 +685,7 @@ impl Waiter {
                 .arg(&token)
                 .arg(if held { "0" } else { "1" })
                 .arg(&k.channel);
-            client.run(&label, |c| call.query::<Vec<i64>>(c.like()).map(drop))
+            call.run::<Vec<i64>>(client, &label).map(drop)
         });
         for ((client, slot), left) in redlock.clients.iter().zip(self.subs).zip(left) {
             let Some(Sub { mut sub, .. }) = slot else {

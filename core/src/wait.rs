@@ -39,7 +39,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::client::{Client, Pooled, Subscriber, is_stale};
+use crate::client::Client;
+use crate::client::conn::is_stale;
+use crate::client::subscriber::{Pooled, Subscriber};
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::new_token;
 

@@ -11,7 +11,9 @@ use std::sync::LazyLock;
 
 use redis::{Cmd, ConnectionLike, FromRedisValue, RedisResult, ToRedisArgs};
 
-use crate::client::Conn;
+use crate::client::Client;
+use crate::client::conn::Conn;
+use crate::error::Result;
 
 /// One Lua script, hashed once.
 pub(crate) struct LuaScript {
@@ -68,6 +70,12 @@ impl Call {
     pub(crate) fn arg(mut self, a: impl ToRedisArgs) -> Self {
         self.cmd.arg(a);
         self
+    }
+
+    /// Runs the call on a pooled connection of `client` (see [`Client::run`];
+    /// `context` prefixes errors, e.g. `lock "orders"`).
+    pub(crate) fn run<T: FromRedisValue>(&self, client: &Client, context: &str) -> Result<T> {
+        client.run(context, |c| self.query(c))
     }
 
     /// Runs the call, loading the script if the server does not know it.
@@ -140,7 +148,7 @@ pub(crate) fn query_batch(conn: &mut Conn, calls: &[Call]) -> RedisResult<Vec<re
     match run(conn) {
         Err(e) if is_noscript(&e) => {
             for call in calls {
-                call.script.script.load(conn.like())?;
+                call.script.script.load(conn)?;
             }
             run(conn)
         }
