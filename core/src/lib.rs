@@ -47,8 +47,9 @@ mod watchdog;
 pub mod testing;
 
 pub use client::Client;
+pub use config::parts::UrlParts;
 pub use config::{
-    Config, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_URL, UrlParts, default_url,
+    Config, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_URL, default_url,
 };
 pub use error::{Error, ErrorKind, Result};
 pub use keys::{DEFAULT_LOCK_PREFIX, DEFAULT_QUEUE_PREFIX, new_token};
