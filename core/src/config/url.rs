@@ -21,6 +21,7 @@ struct Params {
     /// Parameters ferrolock does not know, passed on to the redis crate.
     passthrough: Vec<(String, String)>,
 }
+
 impl Config {
     /// Parses a connection URL (see the module documentation for the forms).
     pub fn from_url(url: &str) -> Result<Self> {
