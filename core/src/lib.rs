@@ -35,7 +35,6 @@ mod fork;
 pub mod keys;
 mod lock;
 mod queue;
-mod redlock;
 mod scripts;
 mod signals;
 mod sync;
@@ -53,7 +52,8 @@ pub use config::{
 };
 pub use error::{Error, ErrorKind, Result};
 pub use keys::{DEFAULT_LOCK_PREFIX, DEFAULT_QUEUE_PREFIX, new_token};
-pub use lock::{DEFAULT_TTL, DistributedLock, Lock, LockOptions};
+pub use lock::redlock::Redlock;
+pub use lock::single::Lock;
+pub use lock::{DEFAULT_TTL, DistributedLock, LockOptions};
 pub use queue::{DEFAULT_LEGACY_LOCK_TIMEOUT, DEFAULT_VISIBILITY, Queue, QueueOptions, Task};
-pub use redlock::Redlock;
 pub use wait::Wait;

@@ -33,43 +33,31 @@
 //! or held a stale key) and when a holder's TTL ends. Where it cannot
 //! subscribe at all, it pauses a random time of at most [`RETRY_MAX`].
 
-use std::cell::Cell;
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
+mod masters;
+mod waiter;
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+pub use self::masters::MIN_MASTER_BUDGET;
+use self::masters::Masters;
+use self::waiter::{RETRY_MAX, Waiter};
+use super::{DistributedLock, Tried, acquire_call, extend_call, not_owned, release_call};
 use crate::client::Client;
-use crate::client::subscriber::Subscriber;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::keys::{LockKeys, label, new_token};
-use crate::lock::{DistributedLock, Tried, acquire_call};
-use crate::scripts::{LOCK_EXTEND, LOCK_FENCE, LOCK_LEAVE, LOCK_RELEASE};
+use crate::scripts::LOCK_FENCE;
 use crate::sync::LockUnpoisoned;
 use crate::validate;
 use crate::wait::{self, Interrupt, Wait};
 
-/// Longest pause between two attempts of a waiter that could not subscribe.
-const RETRY_MAX: Duration = Duration::from_millis(50);
-
 /// Longest pause between two attempts of a waiter listening on a master.
 const NOTIFIED_RECHECK: Duration = Duration::from_millis(250);
 
-/// The least time a master is given to answer one request.
-pub const MIN_MASTER_BUDGET: Duration = Duration::from_millis(50);
-
-/// States of one request to a master (see [`Redlock::master_budget`]).
-const RUNNING: u8 = 0;
-const DONE: u8 = 1;
-const ABANDONED: u8 = 2;
-
 /// A lock held on a majority of independent Redis masters.
 pub struct Redlock {
-    clients: Vec<Client>,
-    /// Per master: the pid of a process that gave up waiting for a request
-    /// still in flight there (0: none). A pid, so that a forked child does not
-    /// inherit its parent's.
-    abandoned: Vec<Arc<AtomicU32>>,
+    masters: Masters,
     keys: LockKeys,
     name: Vec<u8>,
     label: String,
@@ -89,7 +77,7 @@ impl std::fmt::Debug for Redlock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Redlock")
             .field("name", &self.label)
-            .field("masters", &self.clients.len())
+            .field("masters", &self.masters.clients().len())
             .finish()
     }
 }
@@ -98,23 +86,8 @@ impl Redlock {
     /// A Redlock on `name` over `clients` (independent masters; 3 or 5 usual).
     pub fn new(clients: Vec<Client>, name: &[u8], ttl: Duration, prefix: &[u8]) -> Result<Self> {
         validate::name(name, "lock name")?;
-        if clients.is_empty() {
-            return Err(Error::invalid("Redlock needs at least one Redis URL"));
-        }
-        // A master listed twice would vote twice: one server could make a
-        // quorum on its own. (Two names of one host, e.g. localhost and
-        // 127.0.0.1, cannot be told apart here.)
-        for (i, a) in clients.iter().enumerate() {
-            if let Some(b) = clients[..i]
-                .iter()
-                .find(|b| b.same_as(a) || b.redacted_url() == a.redacted_url())
-            {
-                return Err(Error::invalid(format!(
-                    "Redlock masters must be distinct servers: {} is listed twice",
-                    b.redacted_url()
-                )));
-            }
-        }
+        let label = label("redlock", name);
+        let masters = Masters::new(clients, (ttl / 10).max(MIN_MASTER_BUDGET), &label)?;
         if ttl < Duration::from_millis(1) || ttl.as_secs_f64() > validate::MAX_SECONDS {
             return Err(Error::invalid(format!(
                 "ttl must be between 0.001 s and ten years, got {ttl:?}"
@@ -122,10 +95,9 @@ impl Redlock {
         }
         Ok(Self {
             keys: LockKeys::new(prefix, name),
-            label: label("redlock", name),
+            label,
             name: name.to_vec(),
-            abandoned: clients.iter().map(|_| Arc::default()).collect(),
-            clients,
+            masters,
             ttl,
             state: Mutex::new(None),
             lost: AtomicBool::new(false),
@@ -134,126 +106,13 @@ impl Redlock {
 
     /// Votes needed: N/2 + 1.
     pub fn quorum(&self) -> usize {
-        self.clients.len() / 2 + 1
+        self.masters.quorum()
     }
 
     /// How long each master has to answer one request: a tenth of the TTL,
     /// at least 50 ms (`MIN_MASTER_BUDGET`).
     pub fn master_budget(&self) -> Duration {
-        (self.ttl / 10).max(MIN_MASTER_BUDGET)
-    }
-
-    /// Runs `op` on every master in parallel; one result per master, in order.
-    fn on_all<T, F>(&self, op: F) -> Vec<Result<T>>
-    where
-        T: Send + 'static,
-        F: Fn(&Client) -> Result<T> + Send + Sync + 'static,
-    {
-        self.on_each(move |_, c| op(c))
-    }
-
-    /// [`Self::on_all`], telling `op` the index of the master. A master that
-    /// has not answered within [`Self::master_budget`] counts as not
-    /// answering (a `Timeout` error); its request is left to finish in the
-    /// background, and the master is skipped until it has.
-    fn on_each<T, F>(&self, op: F) -> Vec<Result<T>>
-    where
-        T: Send + 'static,
-        F: Fn(usize, &Client) -> Result<T> + Send + Sync + 'static,
-    {
-        if self.clients.len() == 1 {
-            return vec![op(0, &self.clients[0])];
-        }
-        let budget = self.master_budget();
-        let deadline = Instant::now() + budget;
-        let pid = crate::fork::current_pid();
-        let op = Arc::new(op);
-        let (tx, rx) = mpsc::channel();
-        let mut results: Vec<Option<Result<T>>> = self.clients.iter().map(|_| None).collect();
-        // Per request: RUNNING, then DONE (by its thread) or ABANDONED (by us).
-        let mut requests: Vec<Option<Arc<AtomicU8>>> = self.clients.iter().map(|_| None).collect();
-        for (i, client) in self.clients.iter().enumerate() {
-            if self.abandoned[i].load(Ordering::Acquire) == pid {
-                results[i] = Some(Err(Error::new(
-                    ErrorKind::Timeout,
-                    format!(
-                        "{}: {} has not answered an earlier request yet",
-                        self.label,
-                        client.redacted_url()
-                    ),
-                )));
-                continue;
-            }
-            let state = Arc::new(AtomicU8::new(RUNNING));
-            let (op, client, tx) = (op.clone(), client.clone(), tx.clone());
-            let (thread_state, abandoned) = (state.clone(), self.abandoned[i].clone());
-            let spawned = std::thread::Builder::new()
-                .name("ferrolock-redlock".into())
-                .spawn(move || {
-                    crate::signals::block_in_this_thread();
-                    let result =
-                        catch_unwind(AssertUnwindSafe(|| op(i, &client))).unwrap_or_else(|_| {
-                            Err(Error::new(
-                                ErrorKind::Redis,
-                                "redlock worker thread panicked",
-                            ))
-                        });
-                    if thread_state.swap(DONE, Ordering::AcqRel) == ABANDONED {
-                        abandoned.store(0, Ordering::Release);
-                    }
-                    let _ = tx.send((i, result));
-                });
-            match spawned {
-                Ok(_) => requests[i] = Some(state),
-                Err(e) => {
-                    results[i] = Some(Err(Error::new(
-                        ErrorKind::Redis,
-                        format!("{}: cannot start a thread: {e}", self.label),
-                    )))
-                }
-            }
-        }
-        drop(tx);
-        while results.iter().any(Option::is_none) {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
-                Ok((i, result)) => results[i] = Some(result),
-                Err(_) => break, // out of time (or every thread is done)
-            }
-        }
-        for (i, state) in requests.iter().enumerate() {
-            if results[i].is_some() {
-                continue;
-            }
-            if let Some(state) = state {
-                // Mark the master first: a thread finishing in between finds
-                // its request abandoned and clears the mark, or we do.
-                self.abandoned[i].store(pid, Ordering::Release);
-                if state
-                    .compare_exchange(RUNNING, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
-                    .is_err()
-                {
-                    self.abandoned[i].store(0, Ordering::Release);
-                }
-            }
-        }
-        results
-            .into_iter()
-            .zip(&self.clients)
-            .map(|(r, client)| {
-                r.unwrap_or_else(|| {
-                    Err(Error::new(
-                        ErrorKind::Timeout,
-                        format!(
-                            "{}: {} did not answer within {:?}",
-                            self.label,
-                            client.redacted_url(),
-                            budget
-                        ),
-                    ))
-                })
-            })
-            .collect()
+        self.masters.budget()
     }
 
     fn drift(&self) -> Duration {
@@ -269,7 +128,9 @@ impl Redlock {
         let mut waiter = None;
         let outcome = self.acquire_as(&token, wait, interrupt, &mut waiter);
         if let Some(w) = waiter {
-            w.close(self, &token, matches!(outcome, Ok(true)));
+            let ttl_ms = validate::millis(self.ttl);
+            let held = matches!(outcome, Ok(true));
+            w.close(&self.masters, &self.keys, &self.label, &token, ttl_ms, held);
         }
         outcome
     }
@@ -287,12 +148,15 @@ impl Redlock {
         loop {
             let start = Instant::now();
             let listening: Vec<bool> = match waiter {
-                Some(w) => w.subs.iter().map(Option::is_some).collect(),
-                None => vec![false; self.clients.len()],
+                Some(w) => w.listening(),
+                None => vec![false; self.masters.clients().len()],
             };
-            let id = waiter.as_ref().map(|w| w.id.clone()).unwrap_or_default();
+            let id = waiter
+                .as_ref()
+                .map(|w| w.id().to_owned())
+                .unwrap_or_default();
             let (k, label, owner) = (self.keys.clone(), self.label.clone(), token.to_string());
-            let replies = self.on_each(move |i, c| {
+            let replies = self.masters.on_each(move |i, c| {
                 let waiter = if listening[i] { id.as_str() } else { "" };
                 let call = acquire_call(&k, &owner, ttl_ms, waiter, false, lease_ms);
                 call.run::<Tried>(c, &label)
@@ -301,7 +165,7 @@ impl Redlock {
             if let Some(w) = waiter.as_mut() {
                 w.update(&replies);
             }
-            if let Some(e) = self.unreachable(&replies) {
+            if let Some(e) = self.masters.unreachable(&replies) {
                 // Undo wherever it was taken (best effort: the rest expires).
                 self.release_everywhere(token);
                 return Err(e);
@@ -350,14 +214,11 @@ impl Redlock {
                 }
                 limit = limit.min(left);
             }
-            if waiter
-                .as_ref()
-                .is_some_and(|w| w.subs.iter().all(Option::is_none))
-            {
+            if waiter.as_ref().is_some_and(Waiter::is_broken) {
                 *waiter = None; // every subscription broke: start over
             }
             if waiter.is_none() {
-                *waiter = self.subscribe(&replies);
+                *waiter = Waiter::subscribe(&self.masters, &self.keys, &self.label, &replies);
                 if waiter.is_some() {
                     continue; // the next attempt registers where we listen
                 }
@@ -370,35 +231,6 @@ impl Redlock {
         }
     }
 
-    /// Subscribes on every master that answered in `replies`, in parallel
-    /// (`None` when no subscription could be made).
-    fn subscribe(&self, replies: &[Result<Tried>]) -> Option<Waiter> {
-        let id = new_token();
-        let mut channel = self.keys.channel.clone();
-        channel.extend_from_slice(id.as_bytes());
-        let answered: Vec<bool> = replies.iter().map(Result::is_ok).collect();
-        let (label, key, chan) = (self.label.clone(), self.keys.lock.clone(), channel.clone());
-        let subs: Vec<Option<Sub>> = self
-            .on_each(move |i, c| {
-                if !answered[i] {
-                    return Err(Error::new(ErrorKind::Connection, "did not answer"));
-                }
-                let context = format!("{label}: waiting on {}", c.redacted_url());
-                wait::subscribed(c, &key, &chan, &context)
-            })
-            .into_iter()
-            .map(|r| {
-                r.ok().map(|sub| Sub {
-                    sub,
-                    registered: false,
-                })
-            })
-            .collect();
-        subs.iter()
-            .any(Option::is_some)
-            .then_some(Waiter { id, channel, subs })
-    }
-
     /// Raises the fencing counter of the masters that granted this hold to
     /// its fence, the largest the quorum issued: any later quorum overlaps
     /// this one in at least one master, so it issues a larger token even if
@@ -407,7 +239,7 @@ impl Redlock {
         let k = &self.keys;
         let ttl_ms = validate::millis(self.ttl);
         std::thread::scope(|s| {
-            for (client, reply) in self.clients.iter().zip(replies) {
+            for (client, reply) in self.masters.clients().iter().zip(replies) {
                 if matches!(reply, Ok(Tried::Acquired(f)) if *f < fence) {
                     s.spawn(move || {
                         let call = LOCK_FENCE.call(&[&k.fence]).arg(fence).arg(ttl_ms);
@@ -421,34 +253,8 @@ impl Redlock {
 
     /// Releases `token` on every master; one reply per master (1: released).
     fn release_everywhere(&self, token: &str) -> Vec<Result<i64>> {
-        let (k, label, token) = (self.keys.clone(), self.label.clone(), token.to_string());
-        self.on_all(move |c| {
-            let call = LOCK_RELEASE
-                .call(&[&k.lock, &k.fence, &k.waiters, &k.leases])
-                .arg(&token)
-                .arg(&k.channel);
-            call.run::<i64>(c, &label)
-        })
-    }
-
-    /// The error to report when fewer than a quorum of masters answered
-    /// `replies` at all (errors and timeouts are not answers): the first
-    /// error, with how many answered.
-    fn unreachable<T>(&self, replies: &[Result<T>]) -> Option<Error> {
-        let answered = replies.iter().filter(|r| r.is_ok()).count();
-        if answered >= self.quorum() {
-            return None;
-        }
-        let first = replies.iter().find_map(|r| r.as_ref().err())?;
-        Some(Error::new(
-            first.kind(),
-            format!(
-                "{}: only {answered} of {} Redis masters answered (quorum {}); first error: {first}",
-                self.label,
-                self.clients.len(),
-                self.quorum()
-            ),
-        ))
+        let (call, label) = (release_call(&self.keys, token), self.label.clone());
+        self.masters.on_all(move |c| call.run::<i64>(c, &label))
     }
 
     fn held_token(&self) -> Option<String> {
@@ -469,7 +275,7 @@ impl Redlock {
         };
         let replies = self.release_everywhere(&token);
         *self.state.lock_unpoisoned() = None;
-        if let Some(e) = self.unreachable(&replies) {
+        if let Some(e) = self.masters.unreachable(&replies) {
             self.lost.store(true, Ordering::Release);
             return Err(e);
         }
@@ -480,7 +286,7 @@ impl Redlock {
             self.lost.store(true, Ordering::Release);
             Err(self.not_owned(&format!(
                 "only {released} of {} masters still held it (quorum {})",
-                self.clients.len(),
+                self.masters.clients().len(),
                 self.quorum()
             )))
         }
@@ -499,15 +305,10 @@ impl Redlock {
             return Err(self.not_owned("this object does not hold it"));
         };
         let start = Instant::now();
-        let (k, label, owner) = (self.keys.clone(), self.label.clone(), token.clone());
-        let replies = self.on_all(move |c| {
-            let call = LOCK_EXTEND
-                .call(&[&k.lock, &k.fence])
-                .arg(&owner)
-                .arg(validate::millis(ttl));
-            call.run::<i64>(c, &label)
-        });
-        if let Some(e) = self.unreachable(&replies) {
+        let call = extend_call(&self.keys, &token, validate::millis(ttl));
+        let label = self.label.clone();
+        let replies = self.masters.on_all(move |c| call.run::<i64>(c, &label));
+        if let Some(e) = self.masters.unreachable(&replies) {
             self.release_everywhere(&token);
             *self.state.lock_unpoisoned() = None;
             self.lost.store(true, Ordering::Release);
@@ -528,7 +329,7 @@ impl Redlock {
                 self.lost.store(true, Ordering::Release);
                 Err(self.not_owned(&format!(
                     "only {ok} of {} masters extended it (quorum {})",
-                    self.clients.len(),
+                    self.masters.clients().len(),
                     self.quorum()
                 )))
             }
@@ -538,8 +339,10 @@ impl Redlock {
     /// True when a quorum of masters has the key (anyone holds it).
     pub fn locked(&self) -> Result<bool> {
         let (key, label) = (self.keys.lock.clone(), self.label.clone());
-        let replies = self.on_all(move |c| c.query::<bool>(&label, redis::cmd("EXISTS").arg(&key)));
-        if let Some(e) = self.unreachable(&replies) {
+        let replies = self
+            .masters
+            .on_all(move |c| c.query::<bool>(&label, redis::cmd("EXISTS").arg(&key)));
+        if let Some(e) = self.masters.unreachable(&replies) {
             return Err(e);
         }
         let yes = replies.iter().filter(|r| matches!(r, Ok(true))).count();
@@ -555,9 +358,10 @@ impl Redlock {
             return Ok(false);
         }
         let (key, label) = (self.keys.lock.clone(), self.label.clone());
-        let replies =
-            self.on_all(move |c| c.query::<Option<Vec<u8>>>(&label, redis::cmd("GET").arg(&key)));
-        if let Some(e) = self.unreachable(&replies) {
+        let replies = self
+            .masters
+            .on_all(move |c| c.query::<Option<Vec<u8>>>(&label, redis::cmd("GET").arg(&key)));
+        if let Some(e) = self.masters.unreachable(&replies) {
             return Err(e);
         }
         let yes = replies
@@ -594,110 +398,7 @@ impl Redlock {
     }
 
     fn not_owned(&self, why: &str) -> Error {
-        Error::new(
-            ErrorKind::NotOwned,
-            format!("{}: not owned: {why}", self.label),
-        )
-    }
-}
-
-/// A waiting Redlock's subscriptions, one per master (see the module docs).
-struct Waiter {
-    id: String,
-    channel: Vec<u8>,
-    /// Per master: its subscription, if one could be made and still works.
-    subs: Vec<Option<Sub>>,
-}
-
-struct Sub {
-    sub: Subscriber,
-    /// The last attempt registered us there (the key was busy); a key that
-    /// attempt took, it took with our registration.
-    registered: bool,
-}
-
-impl Waiter {
-    /// Notes where the last attempt left us registered; a master that failed
-    /// probably broke its subscription too: it is dropped.
-    fn update(&mut self, replies: &[Result<Tried>]) {
-        for (slot, reply) in self.subs.iter_mut().zip(replies) {
-            match (slot.as_mut(), reply) {
-                (Some(s), Ok(tried)) => s.registered = matches!(tried, Tried::Busy(_)),
-                (Some(_), Err(_)) => *slot = None,
-                (None, _) => {}
-            }
-        }
-    }
-
-    /// Waits up to `pause` for a hand-over message on the first master where
-    /// we are registered (or just pauses if there is none). Only the
-    /// interrupt hook is an error; a broken subscription is dropped.
-    fn listen(&mut self, pause: Duration, interrupt: Option<Interrupt<'_>>) -> Result<()> {
-        let slot = self
-            .subs
-            .iter_mut()
-            .find(|s| s.as_ref().is_some_and(|s| s.registered));
-        let Some(slot) = slot else {
-            return wait::pause(pause.min(RETRY_MAX), interrupt);
-        };
-        // Tell the hook's verdict apart from a broken connection.
-        let stopped = &Cell::new(false);
-        let watched = interrupt.map(|check| move || check().inspect_err(|_| stopped.set(true)));
-        let hook: Option<Interrupt<'_>> = watched.as_ref().map(|h| h as _);
-        let heard = match slot.as_mut() {
-            Some(s) => wait::listen(&mut s.sub.conn, &self.channel, pause, hook, "waiting"),
-            None => Ok(None),
-        };
-        match heard {
-            Ok(_) => Ok(()),
-            Err(e) if stopped.get() => Err(e),
-            Err(_) => {
-                *slot = None;
-                Ok(())
-            }
-        }
-    }
-
-    /// Deregisters where registered (on all those masters at once, each
-    /// within the master budget); a key handed over meanwhile is kept when
-    /// the Redlock is `held` (it is part of the hold), else passed on. Each
-    /// subscription is left for the next user of its connection to drop (as
-    /// after a `Lock` wait), or dropped now if deregistering failed.
-    fn close(self, redlock: &Redlock, token: &str, held: bool) {
-        let registered: Vec<bool> = self
-            .subs
-            .iter()
-            .map(|s| s.as_ref().is_some_and(|s| s.registered))
-            .collect();
-        let member = format!("{}|{}|{token}", self.id, validate::millis(redlock.ttl));
-        let (k, label, token) = (
-            redlock.keys.clone(),
-            redlock.label.clone(),
-            token.to_string(),
-        );
-        let left = redlock.on_each(move |i, client| {
-            if !registered[i] {
-                return Ok(());
-            }
-            let call = LOCK_LEAVE
-                .call(&[&k.lock, &k.fence, &k.waiters, &k.leases])
-                .arg(&member)
-                .arg(&token)
-                .arg(if held { "0" } else { "1" })
-                .arg(&k.channel);
-            call.run::<Vec<i64>>(client, &label).map(drop)
-        });
-        for ((client, slot), left) in redlock.clients.iter().zip(self.subs).zip(left) {
-            let Some(Sub { mut sub, .. }) = slot else {
-                continue;
-            };
-            if left.is_ok() {
-                sub.leftover = Some(self.channel.clone());
-                client.checkin_subscriber(sub);
-            } else if sub.conn.unsubscribe_resp3(&self.channel).is_ok() {
-                client.checkin_subscriber(sub);
-            }
-        }
+        not_owned(&self.label, why)
     }
 }
 
