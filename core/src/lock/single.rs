@@ -130,14 +130,7 @@ impl Lock {
                     &self.keys.channel,
                     spec,
                     &waiter,
-                )
-                .map_err(|e| {
-                    if e.is_interrupted() {
-                        wait::interrupted(&self.label)
-                    } else {
-                        e
-                    }
-                })?
+                )?
                 .map(Some)
             }
         };

@@ -177,7 +177,26 @@ where
 /// deadline passes (→ `Ok(None)`), or the interrupt hook fails. Between
 /// attempts it listens on `channel_prefix + waiter_id`, subscribed on the
 /// node serving `node_key` before the first registering attempt.
+/// A wait the hook interrupted fails with [`interrupted`]`(spec.label)`.
 pub(crate) fn wait_loop<W: Waiting>(
+    client: &Client,
+    node_key: &[u8],
+    channel_prefix: &[u8],
+    spec: WaitSpec<'_>,
+    w: &W,
+) -> Result<Option<W::Output>> {
+    let label = spec.label;
+    subscribed_loop(client, node_key, channel_prefix, spec, w).map_err(|e| {
+        if e.is_interrupted() {
+            interrupted(label)
+        } else {
+            e
+        }
+    })
+}
+
+/// [`wait_loop`], whose errors name the server waited on.
+fn subscribed_loop<W: Waiting>(
     client: &Client,
     node_key: &[u8],
     channel_prefix: &[u8],
