@@ -63,15 +63,8 @@ impl Lock {
     /// Redis until the first operation.
     pub fn new(client: &Client, name: &[u8], opts: LockOptions) -> Result<Self> {
         validate::name(name, "lock name")?;
-        if opts.ttl < Duration::from_millis(1) || opts.ttl.as_secs_f64() > validate::MAX_SECONDS {
-            return Err(Error::invalid(format!(
-                "ttl must be between 0.001 s and ten years, got {:?}",
-                opts.ttl
-            )));
-        }
-        if opts.recheck.is_zero() {
-            return Err(Error::invalid("recheck interval must be > 0"));
-        }
+        validate::lifetime(opts.ttl, "ttl")?;
+        validate::interval(opts.recheck, "recheck interval")?;
         Ok(Self {
             client: client.clone(),
             keys: LockKeys::new(&opts.prefix, name),
@@ -313,12 +306,10 @@ impl Lock {
 
     /// Sets the remaining TTL of a held lock to `ttl` (default: the lock's ttl).
     pub fn extend(&self, ttl: Option<Duration>) -> Result<()> {
-        let ttl = ttl.unwrap_or(self.opts.ttl);
-        if ttl < Duration::from_millis(1) || ttl.as_secs_f64() > validate::MAX_SECONDS {
-            return Err(Error::invalid(format!(
-                "ttl must be between 0.001 s and ten years, got {ttl:?}"
-            )));
-        }
+        let ttl = match ttl {
+            Some(ttl) => validate::lifetime(ttl, "ttl")?,
+            None => self.opts.ttl,
+        };
         let (token, lease) = {
             let mut st = self.state.lock_unpoisoned();
             match st.held_here() {

@@ -19,7 +19,7 @@ use redis::Value;
 use self::reply::int_at;
 pub use self::task::Task;
 use crate::client::Client;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::keys::{DEFAULT_LOCK_PREFIX, DEFAULT_QUEUE_PREFIX, QueueKeys, label};
 use crate::scripts::{QUEUE_ACK, QUEUE_DEQUEUE, QUEUE_ENQUEUE, QUEUE_NACK};
 use crate::validate;
@@ -80,12 +80,8 @@ impl Queue {
     /// A queue on `name` (any bytes, 1 to 4096 of them).
     pub fn new(client: &Client, name: &[u8], opts: QueueOptions) -> Result<Self> {
         validate::name(name, "queue name")?;
-        if opts.visibility < Duration::from_millis(1) {
-            return Err(Error::invalid("visibility must be at least 0.001 seconds"));
-        }
-        if opts.recheck.is_zero() {
-            return Err(Error::invalid("recheck interval must be > 0"));
-        }
+        validate::lifetime(opts.visibility, "visibility")?;
+        validate::interval(opts.recheck, "recheck interval")?;
         Ok(Self {
             keys: QueueKeys::new(&opts.prefix, &opts.lock_prefix, name),
             label: label("queue", name),

@@ -8,7 +8,7 @@ use redis::Value;
 use super::Queue;
 use super::reply::{Taken, parse_pairs, parse_take};
 use super::task::{Mode, Task};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::keys::new_token;
 use crate::scripts::{QUEUE_LEAVE, QUEUE_TAKE, QUEUE_TOP};
 use crate::validate;
@@ -26,9 +26,7 @@ impl Queue {
         legacy_timeout: Option<Duration>,
         interrupt: Option<Interrupt<'_>>,
     ) -> Result<Vec<Task>> {
-        if count == 0 {
-            return Err(Error::invalid("count must be >= 1, got 0"));
-        }
+        validate::task_count(count, "count")?;
         self.take(Mode::Pop, count, None, wait, legacy_timeout, interrupt)
     }
 
@@ -40,13 +38,10 @@ impl Queue {
         wait: Wait,
         interrupt: Option<Interrupt<'_>>,
     ) -> Result<Option<Task>> {
-        let visibility = visibility.unwrap_or(self.opts.visibility);
-        if visibility < Duration::from_millis(1) || visibility.as_secs_f64() > validate::MAX_SECONDS
-        {
-            return Err(Error::invalid(format!(
-                "visibility must be between 0.001 s and ten years, got {visibility:?}"
-            )));
-        }
+        let visibility = match visibility {
+            Some(v) => validate::lifetime(v, "visibility")?,
+            None => self.opts.visibility,
+        };
         Ok(self
             .take(Mode::Reserve, 1, Some(visibility), wait, None, interrupt)?
             .into_iter()
@@ -138,9 +133,7 @@ impl Queue {
     /// in place (expired reservations are given back first, as pop does, and
     /// waiting consumers told).
     pub fn top(&self, count: usize) -> Result<Vec<Task>> {
-        if count == 0 {
-            return Err(Error::invalid("count must be >= 1, got 0"));
-        }
+        validate::task_count(count, "count")?;
         let k = &self.keys;
         let call = QUEUE_TOP
             .call(&self.task_keys())

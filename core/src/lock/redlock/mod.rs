@@ -88,11 +88,7 @@ impl Redlock {
         validate::name(name, "lock name")?;
         let label = label("redlock", name);
         let masters = Masters::new(clients, (ttl / 10).max(MIN_MASTER_BUDGET), &label)?;
-        if ttl < Duration::from_millis(1) || ttl.as_secs_f64() > validate::MAX_SECONDS {
-            return Err(Error::invalid(format!(
-                "ttl must be between 0.001 s and ten years, got {ttl:?}"
-            )));
-        }
+        validate::lifetime(ttl, "ttl")?;
         Ok(Self {
             keys: LockKeys::new(prefix, name),
             label,
@@ -295,12 +291,10 @@ impl Redlock {
     /// Sets the TTL on every master to `ttl` (default: the lock's ttl); needs a
     /// quorum and positive validity, else the lock is released and reported lost.
     pub fn extend(&self, ttl: Option<Duration>) -> Result<()> {
-        let ttl = ttl.unwrap_or(self.ttl);
-        if ttl < Duration::from_millis(1) || ttl.as_secs_f64() > validate::MAX_SECONDS {
-            return Err(Error::invalid(format!(
-                "ttl must be between 0.001 s and ten years, got {ttl:?}"
-            )));
-        }
+        let ttl = match ttl {
+            Some(ttl) => validate::lifetime(ttl, "ttl")?,
+            None => self.ttl,
+        };
         let Some(token) = self.held_token() else {
             return Err(self.not_owned("this object does not hold it"));
         };
