@@ -99,7 +99,7 @@ impl Call {
     /// would be woken (and take a CPU) before the waiter the script just
     /// handed a lock to. The PING's reply queues us before the script runs,
     /// so the waiter is written first. On a 2-core machine this took about
-    /// 25 µs off each hand-over (see `release` in `lock.rs`). For a single
+    /// 25 µs off each hand-over (see `release_token` in `lock/single.rs`). For a single
     /// connection only: a cluster routes a PING to any node.
     pub(crate) fn query_behind_ping<T: FromRedisValue>(
         &self,

@@ -39,7 +39,7 @@
 //!
 //! # The rooms
 //!
-//! This file holds the loop and the [`Waiting`] trait, the boundary with
+//! This file holds the loop and the `Waiting` trait, the boundary with
 //! what waits (a lock's acquire, a queue's take); `listen.rs` the
 //! subscription a waiter listens on; `interrupt.rs` how a wait stays
 //! interruptible.

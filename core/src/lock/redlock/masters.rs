@@ -17,7 +17,7 @@ use crate::error::{Error, ErrorKind, Result};
 /// The least time a master is given to answer one request.
 pub const MIN_MASTER_BUDGET: Duration = Duration::from_millis(50);
 
-/// States of one request to a master (see [`Redlock::master_budget`]).
+/// States of one request to a master (see [`Masters::on_each`]).
 const RUNNING: u8 = 0;
 const DONE: u8 = 1;
 const ABANDONED: u8 = 2;
