@@ -1,7 +1,7 @@
 //! Build-time work, so that no process pays for it at run time:
 //!
 //! 1. the table of cluster-slot hash tags (see `src/keys.rs`);
-//! 2. the Lua scripts as sent to Redis (see `src/scripts.rs`).
+//! 2. the Lua scripts as sent to Redis (see `src/scripts/mod.rs`).
 //!
 //! ## Slot tags
 //!

@@ -19,6 +19,32 @@
 //! {t}Queue:<name>:waiters       zset    consumers waiting for work
 //! {t}Queue:<name>:leases        zset    their lease deadlines
 //! ```
+//!
+//! Also the other names ferrolock makes up: owner tokens and waiter ids
+//! ([`new_token`]), and how a lock or queue is named in messages.
+
+/// Default key prefix of locks (the legacy one).
+pub const DEFAULT_LOCK_PREFIX: &str = "Lock:";
+
+/// Default key prefix of queues (the legacy one).
+pub const DEFAULT_QUEUE_PREFIX: &str = "Queue:";
+
+/// A fresh random token: UUID v4 (122 random bits from the OS RNG), 32 hex
+/// digits. Owner tokens, waiter ids and reservation receipts are all of this
+/// kind.
+pub fn new_token() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+/// `lock "name"` (or `queue "name"`), shortened for messages.
+pub(crate) fn label(kind: &str, name: &[u8]) -> String {
+    let text = String::from_utf8_lossy(name);
+    let mut shown: String = text.chars().take(64).collect();
+    if shown.len() < text.len() {
+        shown.push('…');
+    }
+    format!("{kind} {shown:?}")
+}
 
 /// Number of hash slots in Redis Cluster.
 const SLOTS: usize = 16384;

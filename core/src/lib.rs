@@ -35,10 +35,9 @@ mod fork;
 pub mod keys;
 mod lock;
 mod queue;
-mod redlock;
 mod scripts;
-mod sentinel;
 mod signals;
+mod sync;
 pub mod validate;
 pub mod wait;
 mod watchdog;
@@ -47,19 +46,14 @@ mod watchdog;
 pub mod testing;
 
 pub use client::Client;
+pub use config::parts::UrlParts;
 pub use config::{
-    Config, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_URL, UrlParts, default_url,
+    Config, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_URL, default_url,
 };
 pub use error::{Error, ErrorKind, Result};
-pub use lock::{DEFAULT_LOCK_PREFIX, DEFAULT_TTL, DistributedLock, Lock, LockOptions};
-pub use queue::{
-    DEFAULT_LEGACY_LOCK_TIMEOUT, DEFAULT_QUEUE_PREFIX, DEFAULT_VISIBILITY, Queue, QueueOptions,
-    Task,
-};
-pub use redlock::Redlock;
+pub use keys::{DEFAULT_LOCK_PREFIX, DEFAULT_QUEUE_PREFIX, new_token};
+pub use lock::redlock::Redlock;
+pub use lock::single::Lock;
+pub use lock::{DEFAULT_TTL, DistributedLock, LockOptions};
+pub use queue::{DEFAULT_LEGACY_LOCK_TIMEOUT, DEFAULT_VISIBILITY, Queue, QueueOptions, Task};
 pub use wait::Wait;
-
-/// A fresh random token: UUID v4 (122 random bits from the OS RNG), 32 hex digits.
-pub fn new_token() -> String {
-    uuid::Uuid::new_v4().simple().to_string()
-}

@@ -12,7 +12,7 @@
 //! ([`Deferred`]): a signal sent meanwhile stays pending, or is taken by
 //! another thread, and its handler runs as soon as the round trip is over,
 //! at most one command timeout later (`Client::run`'s commands, and
-//! subscribing in `wait.rs`; on a cluster, the redis crate's own retries of a
+//! subscribing in `wait/listen.rs`; on a cluster, the redis crate's own retries of a
 //! command, with their pauses, count as part of it). Connecting (DNS, TCP,
 //! handshake, a Sentinel lookup) stays interruptible: nothing was sent yet, so
 //! an interrupted connect fails harmlessly. Waits between attempts are not

@@ -1,5 +1,12 @@
 //! Argument checks shared by every entry point, so both bindings reject the
 //! same inputs with the same messages — before anything is sent to Redis.
+//!
+//! Each rule is one function with one message naming the argument, and is
+//! applied once on the way from a binding to a script: a binding converts a
+//! caller's number of seconds with [`seconds`] (a value that is a duration
+//! at all), and the core checks the rule where the value is taken in (a
+//! lock's ttl by [`lifetime`] in `Lock::new` and `extend`, a queue's
+//! visibility in `Queue::new` and `reserve`).
 
 use std::time::Duration;
 
@@ -48,15 +55,33 @@ pub fn seconds(value: f64, what: &str, zero_ok: bool) -> Result<Duration> {
     Ok(Duration::from_secs_f64(value))
 }
 
-/// A lock TTL: positive and at least one millisecond once rounded.
-pub fn ttl(value: f64, what: &str) -> Result<Duration> {
-    let d = seconds(value, what, false)?;
-    if d < Duration::from_millis(1) {
+/// The shortest lifetime: Redis counts key lifetimes in milliseconds.
+pub const MIN_LIFETIME: Duration = Duration::from_millis(1);
+
+/// The rule for a lifetime (a lock's ttl, a reservation's visibility): from
+/// [`MIN_LIFETIME`] to [`MAX_SECONDS`].
+pub fn lifetime(value: Duration, what: &str) -> Result<Duration> {
+    if value < MIN_LIFETIME || value.as_secs_f64() > MAX_SECONDS {
         return Err(Error::invalid(format!(
-            "{what} must be at least 0.001 seconds, got {value}"
+            "{what} must be between 0.001 and {MAX_SECONDS} seconds (ten years), got {}",
+            value.as_secs_f64()
         )));
     }
-    Ok(d)
+    Ok(value)
+}
+
+/// A lifetime given in seconds: [`seconds`], then [`lifetime`]. For callers
+/// that check before building options; the core checks the options again.
+pub fn ttl(value: f64, what: &str) -> Result<Duration> {
+    lifetime(seconds(value, what, true)?, what)
+}
+
+/// An interval that must not be zero (a wait's re-check interval).
+pub fn interval(value: Duration, what: &str) -> Result<Duration> {
+    if value.is_zero() {
+        return Err(Error::invalid(format!("{what} must be > 0")));
+    }
+    Ok(value)
 }
 
 /// A signed offset in seconds (queue delays may be negative: due earlier).
@@ -79,12 +104,24 @@ pub fn score(value: f64) -> Result<f64> {
     Ok(value)
 }
 
-/// A task count: at least 1.
+/// A task count given by a caller: at least 1.
 pub fn count(value: i64, what: &str) -> Result<usize> {
     if value < 1 {
-        return Err(Error::invalid(format!("{what} must be >= 1, got {value}")));
+        return Err(fewer_than_one(what, value));
     }
     usize::try_from(value).map_err(|_| Error::invalid(format!("{what} is too large: {value}")))
+}
+
+/// A task count already unsigned (the core's own API): at least 1.
+pub fn task_count(value: usize, what: &str) -> Result<usize> {
+    if value < 1 {
+        return Err(fewer_than_one(what, value));
+    }
+    Ok(value)
+}
+
+fn fewer_than_one(what: &str, value: impl std::fmt::Display) -> Error {
+    Error::invalid(format!("{what} must be >= 1, got {value}"))
 }
 
 /// Milliseconds for Redis (PX): rounded up so a tiny TTL never becomes 0.
@@ -114,6 +151,13 @@ mod tests {
             assert!(seconds(bad, "ttl", true).unwrap_err().is_invalid_argument());
         }
         assert!(ttl(0.0001, "ttl").is_err());
+        assert!(lifetime(Duration::ZERO, "ttl").is_err());
+        assert!(lifetime(Duration::from_secs_f64(MAX_SECONDS * 2.0), "ttl").is_err());
+        assert_eq!(lifetime(MIN_LIFETIME, "ttl").unwrap(), MIN_LIFETIME);
+        let e = lifetime(Duration::ZERO, "visibility").unwrap_err();
+        assert!(e.is_invalid_argument() && e.message().starts_with("visibility must be"));
+        assert!(interval(Duration::ZERO, "recheck interval").is_err());
+        assert!(task_count(0, "count").is_err() && task_count(3, "count").unwrap() == 3);
         assert_eq!(millis(Duration::from_micros(1500)), 2);
         assert_eq!(offset(-5.0, "delay").unwrap(), -5.0);
         assert!(count(0, "count").is_err());

@@ -21,8 +21,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use crate::client::{Client, lock};
+use crate::client::Client;
 use crate::scripts::{self, LOCK_EXTEND};
+use crate::sync::LockUnpoisoned;
 
 /// Renewals due within this window of the earliest are batched with it.
 const BATCH_WINDOW: Duration = Duration::from_millis(50);
@@ -128,19 +129,26 @@ struct Watchdog {
 
 fn watchdog() -> &'static Watchdog {
     static W: OnceLock<Watchdog> = OnceLock::new();
-    W.get_or_init(|| Watchdog {
-        state: Mutex::new(State {
-            pid: crate::fork::current_pid(),
-            entries: Vec::new(),
-            running: false,
-            wakes_at: None,
-        }),
-        wake: Condvar::new(),
+    W.get_or_init(|| {
+        crate::fork::register(crate::fork::Hooks {
+            prepare: hold_for_fork,
+            parent: release_after_fork,
+            child: release_after_fork,
+        });
+        Watchdog {
+            state: Mutex::new(State {
+                pid: crate::fork::current_pid(),
+                entries: Vec::new(),
+                running: false,
+                wakes_at: None,
+            }),
+            wake: Condvar::new(),
+        }
     })
 }
 
 fn state() -> std::sync::MutexGuard<'static, State> {
-    let mut st = lock(&watchdog().state);
+    let mut st = watchdog().state.lock_unpoisoned();
     let pid = crate::fork::current_pid();
     if st.pid != pid {
         // Forked child: the parent's leases and thread are not ours.
@@ -160,13 +168,13 @@ thread_local! {
 
 /// `fork()` prepare handler: waits until the watchdog thread is not inside
 /// its bookkeeping (it never holds the state during a round trip).
-pub(crate) fn hold_for_fork() {
-    let guard = lock(&watchdog().state);
+fn hold_for_fork() {
+    let guard = watchdog().state.lock_unpoisoned();
     let _ = FORK_HOLD.try_with(|h| *h.borrow_mut() = Some(guard));
 }
 
 /// `fork()` parent and child handler: releases the state again.
-pub(crate) fn release_after_fork() {
+fn release_after_fork() {
     let _ = FORK_HOLD.try_with(|h| h.borrow_mut().take());
 }
 

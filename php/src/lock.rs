@@ -149,7 +149,7 @@ impl RedisLock {
                 return Ok(false);
             }
             let Some(ttl) = legacy(
-                validate::ttl(expire.max(MIN_EXPIRE) as f64, "expire").map(Some),
+                validate::seconds(expire.max(MIN_EXPIRE) as f64, "expire", true).map(Some),
                 None,
             )?
             else {
@@ -217,7 +217,7 @@ impl RedisLock {
                 return Ok(false);
             };
             let Some(ttl) = legacy(
-                validate::ttl(expire.max(1) as f64, "expire").map(Some),
+                validate::seconds(expire.max(1) as f64, "expire", true).map(Some),
                 None,
             )?
             else {

@@ -18,6 +18,11 @@ use crate::connect::settings;
 /// Queues kept per object (their key names are computed once).
 const QUEUE_CACHE: usize = 1024;
 
+// ext-php-rs shows reflection (and so the stub test) only the tokens of a
+// default, so `reserve()` spells out the core's default visibility: checked
+// at build time.
+const _: () = assert!(ferrolock::DEFAULT_VISIBILITY.as_secs() == 30);
+
 /// A task queue with the API of the legacy `RedisQueue` class.
 #[php_class]
 #[php(name = "RedisQueue")]
@@ -283,7 +288,8 @@ impl RedisQueue {
             let visibility =
                 FloatArg::or_zero(visibility).get(&at(F, 2, "visibility"), "int|float")?;
             let wait = FloatArg::or_zero(wait).get(&at(F, 3, "wait"), "int|float")?;
-            let Some(visibility) = settle(validate::ttl(visibility, "visibility"))? else {
+            let Some(visibility) = settle(validate::seconds(visibility, "visibility", true))?
+            else {
                 return Ok(Fallback::False.zval());
             };
             let Some(wait) = settle(Wait::from_secs(Some(cap_wait(wait)), "wait"))? else {

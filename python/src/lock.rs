@@ -95,7 +95,10 @@ impl PyLockBase {
     /// Set the remaining TTL.
     #[pyo3(signature = (ttl = None))]
     fn extend(&self, py: Python<'_>, ttl: Option<f64>) -> PyResult<()> {
-        let ttl = ttl.map(|t| validate::ttl(t, "ttl")).transpose().py()?;
+        let ttl = ttl
+            .map(|t| validate::seconds(t, "ttl", true))
+            .transpose()
+            .py()?;
         let inner = self.inner.clone();
         quick(py, move || inner.extend(ttl))
     }
@@ -237,6 +240,11 @@ impl PyLockBase {
     }
 }
 
+// pyo3 writes only literal defaults into `__text_signature__` (what help()
+// and the stub test read), so the signatures below spell out the core's
+// default ttl; this fails the build if the core's changes.
+const _: () = assert!(ferrolock::DEFAULT_TTL.as_secs_f64() == 30.0);
+
 /// A distributed lock on one Redis deployment.
 #[pyclass(name = "Lock", module = "ferrolock", extends = PyLockBase, frozen)]
 pub struct PyLock;
@@ -260,7 +268,7 @@ impl PyLock {
     ) -> PyResult<PyClassInitializer<Self>> {
         let name = str_bytes(name, "name")?;
         let mut opts = LockOptions::default();
-        opts.ttl = validate::ttl(ttl, "ttl").py()?;
+        opts.ttl = validate::seconds(ttl, "ttl", true).py()?;
         opts.auto_renew = auto_renew;
         opts.reentrant = reentrant;
         opts.fair = fair;
@@ -310,7 +318,7 @@ impl PyRedlock {
                 .map_err(|_| crate::errors::type_error("each url", "str", &url))?;
             clients.push(client(Some(&text))?);
         }
-        let ttl = validate::ttl(ttl, "ttl").py()?;
+        let ttl = validate::seconds(ttl, "ttl", true).py()?;
         let lock = Redlock::new(clients, &name, ttl, prefix.as_bytes()).py()?;
         Ok(
             PyClassInitializer::from(PyLockBase::new(Arc::new(lock), timeout, "Redlock")?)

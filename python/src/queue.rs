@@ -115,6 +115,10 @@ impl PyTask {
     }
 }
 
+// The signature below spells out the core's default visibility (pyo3 writes
+// only literal defaults into `__text_signature__`); checked at build time.
+const _: () = assert!(ferrolock::DEFAULT_VISIBILITY.as_secs_f64() == 30.0);
+
 /// A task queue (legacy-compatible `Queue:<name>` sorted set).
 #[pyclass(name = "Queue", module = "ferrolock", frozen)]
 pub struct PyQueue {
@@ -170,7 +174,7 @@ impl PyQueue {
         let name = str_bytes(name, "name")?;
         let mut opts = QueueOptions::default();
         opts.prefix = prefix.as_bytes().to_vec();
-        opts.visibility = validate::ttl(visibility, "visibility").py()?;
+        opts.visibility = validate::seconds(visibility, "visibility", true).py()?;
         let queue = ferrolock::Queue::new(&client(url)?, &name, opts).py()?;
         Ok(Self {
             inner: Arc::new(queue),
@@ -236,7 +240,7 @@ impl PyQueue {
     ) -> PyResult<Bound<'py, PyAny>> {
         let wait: Wait = wait_secs(wait)?;
         let visibility: Option<Duration> = visibility
-            .map(|v| validate::ttl(v, "visibility"))
+            .map(|v| validate::seconds(v, "visibility", true))
             .transpose()
             .py()?;
         let queue = self.inner.clone();

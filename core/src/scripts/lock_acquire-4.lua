@@ -4,7 +4,7 @@
 --       lease_ms, channel prefix
 -- An attempt of a non-fair lock that does not register (a Redlock attempt,
 -- the first attempt of a lock whose fencing tokens are read, a try-once after
--- a busy plain SET NX: see lock.rs) sends only KEYS lock, fence and ARGV
+-- a busy plain SET NX: see lock/single.rs) sends only KEYS lock, fence and ARGV
 -- token, ttl_ms: every key or argument costs Redis about 1,200 instructions
 -- (callgrind).
 -- Returns the fencing token, as a string, when taken; an integer when not:
@@ -39,7 +39,7 @@ if holder == token then
   -- TTL starts again, so that it counts from this call (Redlock computes the
   -- validity of a hold from the start of its attempt). A new fencing token is
   -- drawn: no one has seen the one of the hand-over (its message went
-  -- unread), and a hold taken by a plain SET NX (see lock.rs) has none yet,
+  -- unread), and a hold taken by a plain SET NX (see lock/single.rs) has none yet,
   -- so the counter may still hold the previous holder's.
   redis.call('PEXPIRE', lock, ARGV[2])
   if me ~= '' then remove_waiter(waiters, leases, me) end

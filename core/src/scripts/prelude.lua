@@ -121,7 +121,7 @@ end
 -- or one more than the last token when the clock is not past that (it stepped
 -- back). `now` (µs) is read from the server clock when not given. Returns the
 -- token as decimal text, as the acquire script answers it.
--- This is most of a free lock's scripted acquire (see lock.rs for when an
+-- This is most of a free lock's scripted acquire (see lock/single.rs for when an
 -- acquire is scripted), so it is kept short: SET with GET (Redis 6.2) writes
 -- the new token and reads the last in one command, and the clock becomes
 -- text by concatenation, not number formatting. With the acquire's

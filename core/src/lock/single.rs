@@ -1,64 +1,20 @@
-//! The distributed lock.
-//!
-//! The owner is the [`Lock`] object (its current token), not a thread: one
-//! object may be acquired in one thread and released in another, and PHP's
-//! `RedisLock` keeps one per name. Every acquisition gets a fresh random token
-//! (UUID v4 from the OS RNG), so a stale release can never free a later hold.
+//! The [`Lock`]: a distributed lock on one deployment (a server, a Sentinel
+//! master or a Cluster).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::client::{Client, Conn, lock};
+use super::fence::{self, Fence};
+use super::waiter::LockWaiter;
+use super::{DistributedLock, LockOptions, Tried, extend_call, not_owned, release_call};
+use crate::client::Client;
+use crate::client::conn::Conn;
 use crate::error::{Error, ErrorKind, Result};
-use crate::keys::LockKeys;
-use crate::scripts::{Call, LOCK_ACQUIRE, LOCK_DRAW_FENCE, LOCK_EXTEND, LOCK_LEAVE, LOCK_RELEASE};
+use crate::keys::{LockKeys, label, new_token};
+use crate::sync::LockUnpoisoned;
 use crate::validate;
-use crate::wait::{self, Attempt, Interrupt, Leaving, Wait, WaitSpec};
+use crate::wait::{self, Interrupt, Wait, WaitSpec};
 use crate::watchdog::{self, Lease};
-
-/// Default lock TTL.
-pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
-
-/// Default key prefix of locks (the legacy one).
-pub const DEFAULT_LOCK_PREFIX: &str = "Lock:";
-
-/// Settings of a [`Lock`]. Start from `LockOptions::default()` and set fields.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct LockOptions {
-    /// Time to live of the key; the lock frees itself this long after the last
-    /// acquire/extend/renewal if its owner vanishes.
-    pub ttl: Duration,
-    /// Key prefix (`Lock:` shares locks with legacy PHP code).
-    pub prefix: Vec<u8>,
-    /// Grant waiters in arrival order instead of letting newcomers barge in.
-    pub fair: bool,
-    /// Nested acquires by the same object count up; Redis is only touched by
-    /// the first acquire and the last release.
-    pub reentrant: bool,
-    /// Renew the TTL every ttl/3 from the background watchdog while held.
-    pub auto_renew: bool,
-    /// Longest pause between two re-checks while waiting (wake-ups normally
-    /// come much sooner, by notification).
-    pub recheck: Duration,
-    /// Confirm each acquire on this many replicas (`WAIT`) before reporting
-    /// success; 0 disables. See the README's deployment notes.
-    pub min_replicas: u32,
-}
-
-impl Default for LockOptions {
-    fn default() -> Self {
-        Self {
-            ttl: DEFAULT_TTL,
-            prefix: DEFAULT_LOCK_PREFIX.as_bytes().to_vec(),
-            fair: false,
-            reentrant: false,
-            auto_renew: false,
-            recheck: wait::DEFAULT_RECHECK,
-            min_replicas: 0,
-        }
-    }
-}
 
 /// A distributed lock on one name.
 pub struct Lock {
@@ -102,123 +58,13 @@ impl State {
     }
 }
 
-/// The fencing token of a hold: `None` until drawn. An uncontended acquire
-/// of a non-fair lock is a plain `SET NX PX` and draws none; the first read
-/// does (see [`Lock::fencing_token`]).
-type Fence = Option<i64>;
-
-/// Lock keys whose fencing token this process has read: their acquires draw
-/// the token in the acquire script, so a reader does not pay a second round
-/// trip on every hold. A hint only, kept in a fixed table of key hashes: no
-/// mutex (nothing for `fork()` to wait for), bounded memory, and a collision
-/// merely makes one name's next acquire a plain `SET NX PX` again.
-mod fence_readers {
-    use std::hash::{DefaultHasher, Hash, Hasher};
-    use std::sync::atomic::{AtomicU64, Ordering};
-
-    const SLOTS: usize = 1024;
-    static TABLE: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
-
-    /// A nonzero hash of `key` (0 marks an empty slot) and its slot.
-    fn slot(key: &[u8]) -> (u64, &'static AtomicU64) {
-        let mut h = DefaultHasher::new();
-        key.hash(&mut h);
-        let hash = h.finish() | 1;
-        (hash, &TABLE[(hash >> 1) as usize % SLOTS])
-    }
-
-    /// Remembers that this process reads `key`'s fencing tokens.
-    pub(super) fn note(key: &[u8]) {
-        let (hash, slot) = slot(key);
-        slot.store(hash, Ordering::Relaxed);
-    }
-
-    /// True when this process has read `key`'s fencing token (probably: a
-    /// hash match).
-    pub(super) fn contains(key: &[u8]) -> bool {
-        let (hash, slot) = slot(key);
-        slot.load(Ordering::Relaxed) == hash
-    }
-}
-
-/// Outcome of one acquire attempt: the reply of `lock_acquire-4.lua`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Tried {
-    /// Taken, with this fencing token.
-    Acquired(i64),
-    /// Held by another owner: its remaining TTL if known, else wait for a turn.
-    Busy(Option<Duration>),
-}
-
-/// The script answers the fencing token as a string when the lock is taken,
-/// and an integer when it is not: the holder's PTTL (ms), or -1 when the lock
-/// was just handed to an older waiter.
-impl redis::FromRedisValue for Tried {
-    fn from_redis_value(v: redis::Value) -> std::result::Result<Self, redis::ParsingError> {
-        Ok(match v {
-            redis::Value::Int(pttl) if pttl >= 0 => {
-                // PTTL is 0 in the holder's last millisecond: re-check right after it.
-                Tried::Busy(Some(Duration::from_millis(pttl.unsigned_abs() + 1)))
-            }
-            redis::Value::Int(_) => Tried::Busy(None),
-            v => Tried::Acquired(i64::from_redis_value(v)?),
-        })
-    }
-}
-
-/// One run of the acquire script (`lock_acquire-4.lua`) for `token`;
-/// `waiter` registers it as that waiter while the lock is busy ('' = not).
-/// An attempt of a non-fair lock that does not register (see
-/// [`Lock::acquire`] and Redlock's attempts) uses the script's short form,
-/// two keys and four arguments fewer.
-pub(crate) fn acquire_call(
-    k: &LockKeys,
-    token: &str,
-    ttl_ms: u64,
-    waiter: &str,
-    fair: bool,
-    lease_ms: u64,
-) -> Call {
-    if waiter.is_empty() && !fair {
-        return LOCK_ACQUIRE
-            .call(&[&k.lock, &k.fence])
-            .arg(token)
-            .arg(ttl_ms);
-    }
-    LOCK_ACQUIRE
-        .call(&[&k.lock, &k.fence, &k.waiters, &k.leases])
-        .arg(token)
-        .arg(ttl_ms)
-        .arg(waiter)
-        .arg(if fair { "1" } else { "0" })
-        .arg(lease_ms)
-        .arg(&k.channel)
-}
-
-/// `lock "name"` (or `queue "name"`), shortened for messages.
-pub(crate) fn label(kind: &str, name: &[u8]) -> String {
-    let text = String::from_utf8_lossy(name);
-    let mut shown: String = text.chars().take(64).collect();
-    if shown.len() < text.len() {
-        shown.push('…');
-    }
-    format!("{kind} {shown:?}")
-}
-
 impl Lock {
     /// A lock on `name` (any bytes, 1 to 4096 of them). Nothing is sent to
     /// Redis until the first operation.
     pub fn new(client: &Client, name: &[u8], opts: LockOptions) -> Result<Self> {
         validate::name(name, "lock name")?;
-        if opts.ttl < Duration::from_millis(1) || opts.ttl.as_secs_f64() > validate::MAX_SECONDS {
-            return Err(Error::invalid(format!(
-                "ttl must be between 0.001 s and ten years, got {:?}",
-                opts.ttl
-            )));
-        }
-        if opts.recheck.is_zero() {
-            return Err(Error::invalid("recheck interval must be > 0"));
-        }
+        validate::lifetime(opts.ttl, "ttl")?;
+        validate::interval(opts.recheck, "recheck interval")?;
         Ok(Self {
             client: client.clone(),
             keys: LockKeys::new(&opts.prefix, name),
@@ -252,44 +98,32 @@ impl Lock {
     /// [`Lock::fencing_token`] draws it when first read.
     pub fn acquire(&self, wait: Wait, interrupt: Option<Interrupt<'_>>) -> Result<bool> {
         if self.opts.reentrant
-            && let Some(h) = lock(&self.state).held_here()
+            && let Some(h) = self.state.lock_unpoisoned().held_here()
         {
             h.depth += 1;
             return Ok(true);
         }
-        let token = crate::new_token();
+        let token = new_token();
         let mut waited = false;
         let fence: Option<Fence> = match self.first_attempt(&token, wait)? {
             Some(fence) => Some(fence),
             None if wait == Wait::Try => None,
             None => {
                 waited = true;
-                let recheck = self.opts.recheck;
                 let spec = WaitSpec {
                     deadline: wait.deadline(),
-                    recheck,
+                    recheck: self.opts.recheck,
                     interrupt,
                     label: &self.label,
                 };
-                let waiter = LockWaiter {
-                    lock: self,
-                    token: &token,
-                    lease_ms: validate::millis(wait::lease_for(recheck)),
-                };
+                let waiter = self.waiter(&token);
                 wait::wait_loop(
                     &self.client,
                     &self.keys.lock,
                     &self.keys.channel,
                     spec,
                     &waiter,
-                )
-                .map_err(|e| {
-                    if e.is_interrupted() {
-                        wait::interrupted(&self.label)
-                    } else {
-                        e
-                    }
-                })?
+                )?
                 .map(Some)
             }
         };
@@ -310,7 +144,7 @@ impl Lock {
             watchdog::register(lease.clone());
             lease
         });
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock_unpoisoned();
         if let Some(old) = st.held.take().and_then(|h| h.lease) {
             watchdog::unregister(&old);
         }
@@ -347,17 +181,14 @@ impl Lock {
     /// lock always needs the script (waiters go first), and so does one with
     /// `min_replicas`: its `WAIT` must cover the token's write too.
     fn first_attempt(&self, token: &str, wait: Wait) -> Result<Option<Fence>> {
-        if !self.opts.fair
-            && self.opts.min_replicas == 0
-            && !fence_readers::contains(&self.keys.lock)
-        {
+        if !self.opts.fair && self.opts.min_replicas == 0 && !fence::is_read(&self.keys.lock) {
             let mut set = redis::cmd("SET");
             set.arg(&self.keys.lock)
                 .arg(token)
                 .arg("NX")
                 .arg("PX")
                 .arg(validate::millis(self.opts.ttl));
-            let reply: redis::Value = self.client.run(&self.label, |c| set.query(c.like()))?;
+            let reply: redis::Value = self.client.query(&self.label, &set)?;
             if reply != redis::Value::Nil {
                 return Ok(Some(None));
             }
@@ -365,21 +196,23 @@ impl Lock {
                 return Ok(None);
             }
         }
-        Ok(match self.attempt(token, "")? {
+        Ok(match self.waiter(token).attempt_as("")? {
             Tried::Acquired(f) => Some(Some(f)),
             Tried::Busy(_) => None,
         })
     }
 
-    fn attempt(&self, token: &str, waiter: &str) -> Result<Tried> {
-        let lease_ms = validate::millis(wait::lease_for(self.opts.recheck));
-        self.attempt_as(token, waiter, lease_ms)
-    }
-
-    fn attempt_as(&self, token: &str, waiter: &str, lease_ms: u64) -> Result<Tried> {
-        let ttl_ms = validate::millis(self.opts.ttl);
-        let call = acquire_call(&self.keys, token, ttl_ms, waiter, self.opts.fair, lease_ms);
-        self.client.run(&self.label, |c| call.query(c.like()))
+    /// The attempts and waits of one acquire with `token`.
+    fn waiter<'a>(&'a self, token: &'a str) -> LockWaiter<'a> {
+        LockWaiter {
+            client: &self.client,
+            keys: &self.keys,
+            label: &self.label,
+            token,
+            ttl_ms: validate::millis(self.opts.ttl),
+            fair: self.opts.fair,
+            lease_ms: validate::millis(wait::lease_for(self.opts.recheck)),
+        }
     }
 
     /// `WAIT min_replicas`: undo the acquire if too few replicas confirm it.
@@ -394,16 +227,10 @@ impl Lock {
         // gives up after the command timeout: WAIT gets four fifths of it, so
         // its answer ("too few replicas") arrives before the read times out.
         let timeout_ms = validate::millis(self.client.config().command_timeout() * 4 / 5).max(1);
-        let extend = LOCK_EXTEND
-            .call(&[&self.keys.lock, &self.keys.fence])
-            .arg(token)
-            .arg(validate::millis(self.opts.ttl));
+        let extend = extend_call(&self.keys, token, validate::millis(self.opts.ttl));
         let (still_ours, got): (i64, i64) = self.client.run(&self.label, |c| {
-            let still_ours: i64 = extend.query(c.like())?;
-            let got: i64 = redis::cmd("WAIT")
-                .arg(want)
-                .arg(timeout_ms)
-                .query(c.like())?;
+            let still_ours: i64 = extend.query(c)?;
+            let got: i64 = redis::cmd("WAIT").arg(want).arg(timeout_ms).query(c)?;
             Ok((still_ours, got))
         })?;
         if still_ours == 1 && got >= i64::from(want) {
@@ -427,14 +254,10 @@ impl Lock {
     ///
     /// [`Call::query_behind_ping`]: crate::scripts::Call::query_behind_ping
     fn release_token(&self, token: &str, hand_over: bool) -> Result<bool> {
-        let k = &self.keys;
-        let call = LOCK_RELEASE
-            .call(&[&k.lock, &k.fence, &k.waiters, &k.leases])
-            .arg(token)
-            .arg(&k.channel);
+        let call = release_call(&self.keys, token);
         let released: i64 = self.client.run(&self.label, |c| match c {
             Conn::Single(con) if hand_over => call.query_behind_ping(con),
-            c => call.query(c.like()),
+            c => call.query(c),
         })?;
         Ok(released == 1)
     }
@@ -445,7 +268,7 @@ impl Lock {
     /// Redis by the last of its nested releases.
     pub fn release(&self) -> Result<()> {
         let held = {
-            let mut st = lock(&self.state);
+            let mut st = self.state.lock_unpoisoned();
             match st.held_here() {
                 None => return Err(self.not_held(&st)),
                 Some(h) if h.depth > 1 => {
@@ -466,13 +289,13 @@ impl Lock {
                 if released {
                     Ok(())
                 } else {
-                    lock(&self.state).lost = true;
+                    self.state.lock_unpoisoned().lost = true;
                     Err(self.not_owned("it expired or another owner took it before the release"))
                 }
             }
             Err(e) => {
                 // Unknown outcome: keep believing we hold it, so a retry can release.
-                let mut st = lock(&self.state);
+                let mut st = self.state.lock_unpoisoned();
                 if st.held.is_none() {
                     st.held = Some(held);
                 }
@@ -483,42 +306,35 @@ impl Lock {
 
     /// Sets the remaining TTL of a held lock to `ttl` (default: the lock's ttl).
     pub fn extend(&self, ttl: Option<Duration>) -> Result<()> {
-        let ttl = ttl.unwrap_or(self.opts.ttl);
-        if ttl < Duration::from_millis(1) || ttl.as_secs_f64() > validate::MAX_SECONDS {
-            return Err(Error::invalid(format!(
-                "ttl must be between 0.001 s and ten years, got {ttl:?}"
-            )));
-        }
+        let ttl = match ttl {
+            Some(ttl) => validate::lifetime(ttl, "ttl")?,
+            None => self.opts.ttl,
+        };
         let (token, lease) = {
-            let mut st = lock(&self.state);
+            let mut st = self.state.lock_unpoisoned();
             match st.held_here() {
                 Some(h) => (h.token.clone(), h.lease.clone()),
                 None => return Err(self.not_held(&st)),
             }
         };
-        let call = LOCK_EXTEND
-            .call(&[&self.keys.lock, &self.keys.fence])
-            .arg(&token)
-            .arg(validate::millis(ttl));
+        let call = extend_call(&self.keys, &token, validate::millis(ttl));
         let sent = std::time::Instant::now();
-        let extended: i64 = self.client.run(&self.label, |c| call.query(c.like()))?;
+        let extended: i64 = call.run(&self.client, &self.label)?;
         if extended == 1 {
             if let Some(lease) = lease {
                 watchdog::extended(&lease, sent, ttl);
             }
             Ok(())
         } else {
-            lock(&self.state).lost = true;
+            self.state.lock_unpoisoned().lost = true;
             Err(self.not_owned("it expired or another owner took it"))
         }
     }
 
     /// True when anyone holds the lock (checked in Redis).
     pub fn locked(&self) -> Result<bool> {
-        let exists: bool = self.client.run(&self.label, |c| {
-            redis::cmd("EXISTS").arg(&self.keys.lock).query(c.like())
-        })?;
-        Ok(exists)
+        self.client
+            .query(&self.label, redis::cmd("EXISTS").arg(&self.keys.lock))
     }
 
     /// True when this object holds the lock (checked in Redis).
@@ -526,23 +342,26 @@ impl Lock {
         let Some(token) = self.token() else {
             return Ok(false);
         };
-        let current: Option<Vec<u8>> = self.client.run(&self.label, |c| {
-            redis::cmd("GET").arg(&self.keys.lock).query(c.like())
-        })?;
+        let current: Option<Vec<u8>> = self
+            .client
+            .query(&self.label, redis::cmd("GET").arg(&self.keys.lock))?;
         Ok(current.as_deref() == Some(token.as_bytes()))
     }
 
     /// Remaining TTL of the key, whoever holds it (`None`: not held, or no TTL).
     pub fn remaining(&self) -> Result<Option<Duration>> {
-        let pttl: i64 = self.client.run(&self.label, |c| {
-            redis::cmd("PTTL").arg(&self.keys.lock).query(c.like())
-        })?;
+        let pttl: i64 = self
+            .client
+            .query(&self.label, redis::cmd("PTTL").arg(&self.keys.lock))?;
         Ok((pttl >= 0).then(|| Duration::from_millis(pttl as u64)))
     }
 
     /// The token of the current hold, if this object believes it holds the lock.
     pub fn token(&self) -> Option<String> {
-        lock(&self.state).held_here().map(|h| h.token.clone())
+        self.state
+            .lock_unpoisoned()
+            .held_here()
+            .map(|h| h.token.clone())
     }
 
     /// The fencing token of the current hold: strictly increasing per name
@@ -558,18 +377,19 @@ impl Lock {
     /// (expired or taken: [`Lock::lost`] is then true), so that a stale
     /// holder cannot pass on a missing token as if its write were unfenced.
     pub fn fencing_token(&self) -> Result<Option<i64>> {
-        let token = match lock(&self.state).held_here() {
+        let token = match self.state.lock_unpoisoned().held_here() {
             None => return Ok(None),
             Some(Held { fence: Some(f), .. }) => return Ok(Some(*f)),
             Some(h) => h.token.clone(),
         };
-        fence_readers::note(&self.keys.lock);
-        let call = LOCK_DRAW_FENCE
-            .call(&[&self.keys.lock, &self.keys.fence])
-            .arg(&token)
-            .arg(validate::millis(self.opts.ttl));
-        let drawn: Option<i64> = self.client.run(&self.label, |c| call.query(c.like()))?;
-        let mut st = lock(&self.state);
+        let drawn = fence::draw(
+            &self.client,
+            &self.keys,
+            &self.label,
+            &token,
+            validate::millis(self.opts.ttl),
+        )?;
+        let mut st = self.state.lock_unpoisoned();
         let Some(h) = st.held_here().filter(|h| h.token == token) else {
             return Ok(None); // released (or re-acquired) meanwhile
         };
@@ -592,13 +412,16 @@ impl Lock {
 
     /// Nesting depth of a reentrant hold (0 when not held).
     pub fn depth(&self) -> u32 {
-        lock(&self.state).held_here().map_or(0, |h| h.depth)
+        self.state
+            .lock_unpoisoned()
+            .held_here()
+            .map_or(0, |h| h.depth)
     }
 
     /// True once the lock was lost while held: the watchdog found it gone or
     /// could not renew it in time, or a release/extend found it taken.
     pub fn lost(&self) -> bool {
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock_unpoisoned();
         st.lost
             || st
                 .held_here()
@@ -610,7 +433,13 @@ impl Lock {
     /// Used when the owner goes away without releasing (PHP objects that
     /// legacy code never unlocked keep their key until it expires).
     pub fn forget(&self) {
-        if let Some(lease) = lock(&self.state).held.take().and_then(|h| h.lease) {
+        if let Some(lease) = self
+            .state
+            .lock_unpoisoned()
+            .held
+            .take()
+            .and_then(|h| h.lease)
+        {
             watchdog::unregister(&lease);
         }
     }
@@ -626,10 +455,7 @@ impl Lock {
     }
 
     fn not_owned(&self, why: &str) -> Error {
-        Error::new(
-            ErrorKind::NotOwned,
-            format!("{}: not owned: {why}", self.label),
-        )
+        not_owned(&self.label, why)
     }
 }
 
@@ -638,32 +464,6 @@ impl Drop for Lock {
         // Stop renewing; the key itself expires by its TTL (we never block in Drop).
         self.forget();
     }
-}
-
-/// What [`Lock`] and [`crate::Redlock`] have in common, so bindings can offer
-/// both through one code path.
-pub trait DistributedLock: Send + Sync {
-    /// Takes the lock, waiting as `wait` allows; `Ok(false)` when the wait ran out.
-    fn acquire(&self, wait: Wait, interrupt: Option<Interrupt<'_>>) -> Result<bool>;
-    /// Releases it; [`ErrorKind::NotOwned`] when not held by this object.
-    fn release(&self) -> Result<()>;
-    /// Sets the remaining TTL (default: the lock's ttl).
-    fn extend(&self, ttl: Option<Duration>) -> Result<()>;
-    /// True when anyone holds it.
-    fn locked(&self) -> Result<bool>;
-    /// True when this object holds it (checked in Redis).
-    fn owned(&self) -> Result<bool>;
-    /// Token of the current hold.
-    fn token(&self) -> Option<String>;
-    /// Fencing token of the current hold (may ask Redis: see
-    /// [`Lock::fencing_token`]).
-    fn fencing_token(&self) -> Result<Option<i64>>;
-    /// True once the hold was lost.
-    fn lost(&self) -> bool;
-    /// The lock's name.
-    fn name(&self) -> &[u8];
-    /// The lock's TTL.
-    fn ttl(&self) -> Duration;
 }
 
 impl DistributedLock for Lock {
@@ -699,89 +499,8 @@ impl DistributedLock for Lock {
     }
 }
 
-/// One blocked acquire of a [`Lock`], driven by [`wait::wait_loop`].
-struct LockWaiter<'a> {
-    lock: &'a Lock,
-    token: &'a str,
-    lease_ms: u64,
-}
-
-impl wait::Waiting for LockWaiter<'_> {
-    type Output = i64;
-
-    fn attempt(&self, waiter: &str) -> Result<Attempt<i64>> {
-        Ok(
-            match self.lock.attempt_as(self.token, waiter, self.lease_ms)? {
-                Tried::Acquired(f) => Attempt::Done(f),
-                Tried::Busy(hint) => Attempt::Retry(hint),
-            },
-        )
-    }
-
-    /// The release script handed the lock over: `g:<fencing token>`.
-    fn granted(&self, message: &[u8]) -> Option<i64> {
-        std::str::from_utf8(message.strip_prefix(b"g:")?)
-            .ok()?
-            .parse()
-            .ok()
-    }
-
-    fn leave(&self, waiter: &str, how: Leaving) -> Result<Option<i64>> {
-        let lock = self.lock;
-        let k = &lock.keys;
-        let member = format!(
-            "{waiter}|{}|{}",
-            validate::millis(lock.opts.ttl),
-            self.token
-        );
-        let give_back = matches!(how, Leaving::Abandoned);
-        let call = LOCK_LEAVE
-            .call(&[&k.lock, &k.fence, &k.waiters, &k.leases])
-            .arg(member)
-            .arg(self.token)
-            .arg(if give_back { "1" } else { "0" })
-            .arg(&k.channel);
-        let reply: Vec<i64> = lock.client.run(&lock.label, |c| call.query(c.like()))?;
-        Ok(match reply.as_slice() {
-            [1, fence] => Some(*fence),
-            _ => None,
-        })
-    }
-}
-
 // Bindings share one Lock between threads.
 const _: () = {
     const fn send_sync<T: Send + Sync>() {}
     send_sync::<Lock>();
 };
-
-#[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use redis::{FromRedisValue, Value};
-
-    use super::Tried;
-
-    #[test]
-    fn acquire_replies_are_told_apart_by_type() {
-        let parse = |v| Tried::from_redis_value(v).unwrap();
-        let token = b"1763700000123456".to_vec();
-        assert_eq!(
-            parse(Value::BulkString(token)),
-            Tried::Acquired(1_763_700_000_123_456)
-        );
-        // A token of 0 (a fence key lost under a hand-over) is still a hold.
-        assert_eq!(parse(Value::BulkString(b"0".to_vec())), Tried::Acquired(0));
-        assert_eq!(
-            parse(Value::Int(0)),
-            Tried::Busy(Some(Duration::from_millis(1)))
-        );
-        assert_eq!(
-            parse(Value::Int(2500)),
-            Tried::Busy(Some(Duration::from_millis(2501)))
-        );
-        assert_eq!(parse(Value::Int(-1)), Tried::Busy(None));
-        assert!(Tried::from_redis_value(Value::Nil).is_err());
-    }
-}

@@ -36,25 +36,33 @@
 //! exactly when the holder's TTL runs out, so a crashed holder's lock is taken
 //! as soon as it expires). Those re-checks are the only Redis traffic of an
 //! idle waiter; a release is noticed within the time of one PUBLISH.
+//!
+//! # The rooms
+//!
+//! This file holds the loop and the `Waiting` trait, the boundary with
+//! what waits (a lock's acquire, a queue's take); `listen.rs` the
+//! subscription a waiter listens on; `interrupt.rs` how a wait stays
+//! interruptible.
+
+mod interrupt;
+mod listen;
 
 use std::time::{Duration, Instant};
 
-use crate::client::{Client, Pooled, Subscriber, is_stale};
-use crate::error::{Error, ErrorKind, Result};
+pub(crate) use self::interrupt::pause;
+pub use self::interrupt::{INTERRUPT_SLICE, Interrupt, interrupted};
+pub(crate) use self::listen::{listen, subscribed};
+use crate::client::Client;
+use crate::client::subscriber::Subscriber;
+use crate::error::{Error, Result};
+use crate::keys::new_token;
 
 /// Default longest interval between two re-checks of a waiting caller.
 pub const DEFAULT_RECHECK: Duration = Duration::from_secs(1);
 
-/// How often an interrupt hook is consulted while waiting.
-pub const INTERRUPT_SLICE: Duration = Duration::from_millis(50);
-
 /// How many broken subscriptions one wait replaces before it gives up with
 /// the last error (a server that keeps closing them is not worth hammering).
 const MAX_BROKEN_SUBSCRIPTIONS: u32 = 8;
-
-/// A caller-supplied check run while waiting; an `Err` aborts the wait with that
-/// error (the Python binding raises `KeyboardInterrupt` through it).
-pub type Interrupt<'a> = &'a (dyn Fn() -> Result<()> + 'a);
 
 /// How long a blocking call may wait.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -169,7 +177,26 @@ where
 /// deadline passes (→ `Ok(None)`), or the interrupt hook fails. Between
 /// attempts it listens on `channel_prefix + waiter_id`, subscribed on the
 /// node serving `node_key` before the first registering attempt.
+/// A wait the hook interrupted fails with [`interrupted`]`(spec.label)`.
 pub(crate) fn wait_loop<W: Waiting>(
+    client: &Client,
+    node_key: &[u8],
+    channel_prefix: &[u8],
+    spec: WaitSpec<'_>,
+    w: &W,
+) -> Result<Option<W::Output>> {
+    let label = spec.label;
+    subscribed_loop(client, node_key, channel_prefix, spec, w).map_err(|e| {
+        if e.is_interrupted() {
+            interrupted(label)
+        } else {
+            e
+        }
+    })
+}
+
+/// [`wait_loop`], whose errors name the server waited on.
+fn subscribed_loop<W: Waiting>(
     client: &Client,
     node_key: &[u8],
     channel_prefix: &[u8],
@@ -183,7 +210,7 @@ pub(crate) fn wait_loop<W: Waiting>(
     };
     let mut broken = 0;
     loop {
-        let waiter_id = crate::new_token();
+        let waiter_id = new_token();
         let mut channel = channel_prefix.to_vec();
         channel.extend_from_slice(waiter_id.as_bytes());
         let mut sub = subscribed(client, node_key, &channel, &context)?;
@@ -244,63 +271,6 @@ enum Step<T> {
     Broken(Error),
 }
 
-/// A connection of `client` subscribed to `channel`, on the node serving
-/// `node_key`. A pooled connection that the server has closed since (a
-/// restart, its `timeout` setting, a proxy's idle cut) fails on first use: it
-/// is replaced by a new one, as `Client::run` does for commands, and the other
-/// idle ones of that node are dropped. `context` prefixes error messages.
-pub(crate) fn subscribed(
-    client: &Client,
-    node_key: &[u8],
-    channel: &[u8],
-    context: &str,
-) -> Result<Subscriber> {
-    let timeout = client.command_timeout();
-    let mut sub = client
-        .checkout_subscriber(node_key, Pooled::Reuse)
-        .map_err(|e| e.context(context))?;
-    match subscribe(&mut sub, channel, timeout) {
-        Ok(()) => return Ok(sub),
-        Err(e) if sub.reused && is_stale(&e) => client.forget_topology(&e),
-        Err(e) => return Err(Error::from_redis(context, e)),
-    }
-    let mut sub = client
-        .checkout_subscriber(node_key, Pooled::Discard)
-        .map_err(|e| e.context(context))?;
-    subscribe(&mut sub, channel, timeout).map_err(|e| Error::from_redis(context, e))?;
-    Ok(sub)
-}
-
-/// SUBSCRIBE (in the same write as the UNSUBSCRIBE of a leftover channel),
-/// then wait for its confirmation (push frames of earlier, finished waits on
-/// this connection are skipped). Signals are deferred meanwhile, as for any
-/// round trip (`signals.rs`).
-fn subscribe(sub: &mut Subscriber, channel: &[u8], timeout: Duration) -> redis::RedisResult<()> {
-    let _signals = crate::signals::Deferred::new();
-    let conn = &mut sub.conn;
-    conn.set_read_timeout(Some(timeout))?;
-    let mut packed = Vec::new();
-    if let Some(old) = sub.leftover.take() {
-        redis::cmd("UNSUBSCRIBE")
-            .arg(old)
-            .write_packed_command(&mut packed);
-    }
-    redis::cmd("SUBSCRIBE")
-        .arg(channel)
-        .write_packed_command(&mut packed);
-    conn.send_packed_command(&packed)?;
-    loop {
-        if let redis::Value::Push {
-            kind: redis::PushKind::Subscribe,
-            data,
-        } = conn.recv_response()?
-            && matches!(data.first(), Some(redis::Value::BulkString(c)) if c == channel)
-        {
-            return Ok(());
-        }
-    }
-}
-
 fn run<W: Waiting>(
     client: &Client,
     sub: &mut Subscriber,
@@ -350,83 +320,4 @@ fn run<W: Waiting>(
             Err(e) => return Ok(Step::Broken(e)),
         }
     }
-}
-
-/// Waits up to `pause` for a message on `channel`, consulting `interrupt`
-/// every [`INTERRUPT_SLICE`]. Returns the payload, or `None` at the end of the
-/// pause; only the interrupt hook or a broken connection (its message
-/// prefixed with `context`) are errors.
-pub(crate) fn listen(
-    conn: &mut redis::Connection,
-    channel: &[u8],
-    pause: Duration,
-    interrupt: Option<Interrupt<'_>>,
-    context: &str,
-) -> Result<Option<Vec<u8>>> {
-    let until = Instant::now() + pause;
-    loop {
-        let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Ok(None);
-        }
-        let slice = match interrupt {
-            Some(_) => left.min(INTERRUPT_SLICE),
-            None => left,
-        };
-        conn.set_read_timeout(Some(slice.max(Duration::from_millis(1))))
-            .map_err(|e| Error::from_redis(context, e))?;
-        match conn.recv_response() {
-            Ok(redis::Value::Push {
-                kind: redis::PushKind::Message,
-                data,
-            }) => {
-                // Messages for channels of earlier waits on this connection are stale.
-                if let [
-                    redis::Value::BulkString(c),
-                    redis::Value::BulkString(payload),
-                ] = data.as_slice()
-                    && c == channel
-                {
-                    return Ok(Some(payload.clone()));
-                }
-            }
-            Ok(_) => {} // (un)subscribe confirmations
-            // A slice ended, or a signal interrupted the read (EINTR): the
-            // subscription is intact; let the hook decide whether to go on.
-            Err(e) if e.is_timeout() || is_eintr(&e) => {
-                if let Some(check) = interrupt {
-                    check()?;
-                }
-            }
-            Err(e) => return Err(Error::from_redis(context, e)),
-        }
-    }
-}
-
-/// A read interrupted by a signal. The `redis` crate keeps the `io::Error`
-/// private, so recognise it by its text (`Interrupted system call (os error 4)`).
-fn is_eintr(e: &redis::RedisError) -> bool {
-    let eintr = std::io::Error::from(std::io::ErrorKind::Interrupted).to_string();
-    e.is_io_error() && (e.to_string().contains("os error 4") || e.to_string().contains(&eintr))
-}
-
-/// Sleeps up to `pause` in slices, consulting `interrupt` (used where no
-/// notification exists: a legacy client's queue lock is released by DEL).
-pub(crate) fn pause(pause: Duration, interrupt: Option<Interrupt<'_>>) -> Result<()> {
-    let until = Instant::now() + pause;
-    loop {
-        let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Ok(());
-        }
-        std::thread::sleep(left.min(INTERRUPT_SLICE));
-        if let Some(check) = interrupt {
-            check()?;
-        }
-    }
-}
-
-/// The error a wait hook should return to abort a wait.
-pub fn interrupted(what: &str) -> Error {
-    Error::new(ErrorKind::Interrupted, format!("{what}: interrupted"))
 }

@@ -1,201 +1,12 @@
-//! Connection settings parsed from a URL.
-//!
-//! Accepted forms (the query parameters below work with every form):
-//!
-//! | URL | deployment |
-//! |---|---|
-//! | `redis://[user[:password]@]host[:port][/db]` | one server |
-//! | `rediss://…` | one server over TLS |
-//! | `unix:///path/redis.sock[?db=N]` | one server over a unix socket |
-//! | `redis+sentinel://[user[:password]@]host:port[,host:port…]/master[/db]` | Sentinel |
-//! | `redis+cluster://[user[:password]@]host:port[,host:port…]` | Redis Cluster |
-//!
-//! `rediss+sentinel://` and `rediss+cluster://` use TLS to the data nodes.
-//! Query parameters understood by ferrolock (all optional):
-//! `connect_timeout` and `timeout` (seconds, float; defaults 3 and 3),
-//! `tls_ca` (path of a PEM CA certificate to trust), `tls_insecure=1` (skip
-//! certificate verification, tests only; TLS URLs only), `sentinel_username`
-//! and `sentinel_password` (credentials of the sentinels themselves). On
-//! single-server URLs other parameters are passed to the `redis` crate; on
-//! Sentinel and Cluster URLs they are an error.
+//! Reading a connection URL (the forms are listed in the module
+//! documentation of `config`).
 
 use std::time::Duration;
 
-use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo, TlsMode};
+use redis::{ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo, TlsMode};
 
+use super::{Config, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, Target, node_info};
 use crate::error::{Error, ErrorKind, Result};
-
-/// The URL used when neither the caller nor `$REDIS_URL` names one.
-pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379/0";
-
-/// Default time allowed to establish a connection.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-
-/// Default time allowed for Redis to answer one command.
-pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(3);
-
-/// `$REDIS_URL` if set and not empty, else [`DEFAULT_URL`].
-pub fn default_url() -> String {
-    match std::env::var("REDIS_URL") {
-        Ok(url) if !url.trim().is_empty() => url,
-        _ => DEFAULT_URL.to_owned(),
-    }
-}
-
-/// The pieces of a connection given separately (legacy PHP `RedisFactory`
-/// arrays: `['host' => …, 'port' => …, 'password' => …, 'database' => …]`).
-#[derive(Debug, Clone, Default)]
-pub struct UrlParts {
-    /// Host name or IP; a path starting with `/` means a unix socket.
-    pub host: Option<String>,
-    /// TCP port (default 6379).
-    pub port: Option<u16>,
-    /// ACL user name.
-    pub username: Option<String>,
-    /// Password (AUTH).
-    pub password: Option<String>,
-    /// Database number.
-    pub db: Option<i64>,
-    /// Connect and command timeout, seconds.
-    pub timeout: Option<f64>,
-    /// Use TLS (`rediss://`).
-    pub tls: bool,
-}
-
-impl UrlParts {
-    /// The equivalent URL, with credentials percent-encoded.
-    pub fn to_url(&self) -> Result<String> {
-        let host = self.host.as_deref().unwrap_or("127.0.0.1");
-        let db = self.db.unwrap_or(0);
-        let mut query: Vec<(String, String)> = Vec::new();
-        if let Some(t) = self.timeout {
-            query.push(("connect_timeout".into(), t.to_string()));
-            query.push(("timeout".into(), t.to_string()));
-        }
-        let mut url = if host.starts_with('/') {
-            query.push(("db".into(), db.to_string()));
-            if let Some(u) = &self.username {
-                query.push(("user".into(), u.clone()));
-            }
-            if let Some(p) = &self.password {
-                query.push(("pass".into(), p.clone()));
-            }
-            url::Url::parse(&format!("unix://{host}"))
-        } else {
-            let scheme = if self.tls { "rediss" } else { "redis" };
-            let host = if host.contains(':') && !host.starts_with('[') {
-                format!("[{host}]")
-            } else {
-                host.to_owned()
-            };
-            url::Url::parse(&format!(
-                "{scheme}://{host}:{}/{db}",
-                self.port.unwrap_or(6379)
-            ))
-        }
-        .map_err(|e| {
-            Error::new(
-                ErrorKind::Config,
-                format!("invalid Redis host {host:?}: {e}"),
-            )
-        })?;
-        if !host.starts_with('/') {
-            if let Some(u) = &self.username {
-                let _ = url.set_username(u);
-            }
-            if let Some(p) = &self.password {
-                let _ = url.set_password(Some(p));
-            }
-        }
-        if !query.is_empty() {
-            url.query_pairs_mut().extend_pairs(query);
-        }
-        Ok(url.into())
-    }
-
-    /// True when these parts say where the server is (host, port, password
-    /// or database); otherwise they only adjust another URL ([`Self::apply_to`]).
-    pub fn names_a_server(&self) -> bool {
-        self.host.is_some() || self.port.is_some() || self.password.is_some() || self.db.is_some()
-    }
-
-    /// `base` with the settings of these parts that fit without naming a
-    /// server: the timeout (connect and command; any URL form), the ACL user
-    /// name and TLS (`redis://` becomes `rediss://`; single-server URLs). For
-    /// arrays such as `['timeout' => 1]`: the default server, with these
-    /// settings.
-    pub fn apply_to(&self, base: &str) -> Result<String> {
-        let bad = |why: &str| {
-            Error::new(
-                ErrorKind::Config,
-                format!("cannot apply connection settings to the default URL: {why}"),
-            )
-        };
-        let mut out = base.trim().to_owned();
-        if self.tls || self.username.is_some() {
-            let mut url = url::Url::parse(&out).map_err(|e| bad(&e.to_string()))?;
-            if !matches!(url.scheme(), "redis" | "rediss") {
-                return Err(bad(&format!(
-                    "a user name or TLS can only be added to redis:// URLs, not {}://; put it in the URL",
-                    url.scheme()
-                )));
-            }
-            if self.tls && url.scheme() == "redis" {
-                url.set_scheme("rediss").map_err(|()| bad("TLS"))?;
-            }
-            if let Some(u) = &self.username {
-                url.set_username(u)
-                    .map_err(|()| bad("this URL has no user name"))?;
-            }
-            out = url.into();
-        }
-        if let Some(t) = self.timeout {
-            // Textually: Sentinel and Cluster URLs list several hosts, which
-            // a URL parser rejects.
-            let (head, query) = out.split_once('?').unwrap_or((&out, ""));
-            let mut q = url::form_urlencoded::Serializer::new(String::new());
-            for (k, v) in url::form_urlencoded::parse(query.as_bytes()) {
-                if k != "timeout" && k != "connect_timeout" {
-                    q.append_pair(&k, &v);
-                }
-            }
-            q.append_pair("connect_timeout", &t.to_string());
-            q.append_pair("timeout", &t.to_string());
-            out = format!("{head}?{}", q.finish());
-        }
-        Ok(out)
-    }
-}
-
-/// Where Redis is and how to talk to it.
-#[derive(Clone, Debug)]
-pub struct Config {
-    pub(crate) target: Target,
-    pub(crate) connect_timeout: Duration,
-    pub(crate) command_timeout: Duration,
-    pub(crate) tls_certs: Option<redis::TlsCertificates>,
-    redacted: String,
-}
-
-/// The deployment behind a [`Config`].
-#[derive(Clone, Debug)]
-pub(crate) enum Target {
-    /// One server (TCP, TLS or unix socket).
-    Single(ConnectionInfo),
-    /// A master found through Sentinel.
-    Sentinel {
-        sentinels: Vec<ConnectionInfo>,
-        master: String,
-        node: RedisConnectionInfo,
-        tls: Option<TlsMode>,
-    },
-    /// A Redis Cluster, reached through any of the seed nodes.
-    Cluster {
-        nodes: Vec<ConnectionInfo>,
-        node: RedisConnectionInfo,
-        tls: Option<TlsMode>,
-    },
-}
 
 /// Settings extracted from the query string.
 #[derive(Default)]
@@ -410,38 +221,6 @@ impl Config {
             redacted: String::new(),
         })
     }
-
-    /// Replaces the time allowed to establish a connection.
-    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout.max(Duration::from_millis(1));
-        self
-    }
-
-    /// Replaces the time allowed for Redis to answer one command.
-    pub fn with_command_timeout(mut self, timeout: Duration) -> Self {
-        self.command_timeout = timeout.max(Duration::from_millis(1));
-        self
-    }
-
-    /// Time allowed to establish a connection.
-    pub fn connect_timeout(&self) -> Duration {
-        self.connect_timeout
-    }
-
-    /// Time allowed for Redis to answer one command.
-    pub fn command_timeout(&self) -> Duration {
-        self.command_timeout
-    }
-
-    /// True for `redis+cluster://` URLs.
-    pub fn is_cluster(&self) -> bool {
-        matches!(self.target, Target::Cluster { .. })
-    }
-
-    /// The URL with any password replaced by `***`, safe to log.
-    pub fn redacted_url(&self) -> &str {
-        &self.redacted
-    }
 }
 
 impl Params {
@@ -537,28 +316,6 @@ fn redact_query(tail: &str) -> String {
     format!("{path}?{query}")
 }
 
-/// The connection info of the node at `host:port` of a Sentinel or Cluster
-/// deployment: its node settings (db, user, password) and TLS mode.
-pub(crate) fn node_info(
-    host: &str,
-    port: u16,
-    settings: &redis::RedisConnectionInfo,
-    tls: Option<TlsMode>,
-) -> redis::RedisResult<ConnectionInfo> {
-    let addr = match tls {
-        Some(mode) => ConnectionAddr::TcpTls {
-            host: host.to_owned(),
-            port,
-            insecure: mode == TlsMode::Insecure,
-            tls_params: None,
-        },
-        None => ConnectionAddr::Tcp(host.to_owned(), port),
-    };
-    Ok(addr
-        .into_connection_info()?
-        .set_redis_settings(settings.clone()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -573,52 +330,6 @@ mod tests {
             assert_eq!(e.kind(), ErrorKind::Config, "{url}: {e}");
         }
         assert!(Config::from_url("rediss+cluster://n1:7000?tls_insecure=1&timeout=2").is_ok());
-    }
-
-    #[test]
-    fn parts_without_a_server_adjust_the_default_url() {
-        let none = UrlParts::default();
-        assert!(!none.names_a_server());
-        assert_eq!(none.apply_to("redis://h:1/2").unwrap(), "redis://h:1/2");
-        let p = UrlParts {
-            timeout: Some(1.5),
-            username: Some("app".into()),
-            tls: true,
-            ..UrlParts::default()
-        };
-        assert!(!p.names_a_server());
-        let url = p
-            .apply_to("redis://:pw@h:1/2?timeout=9&tls_insecure=1")
-            .unwrap();
-        assert_eq!(
-            url,
-            "rediss://app:pw@h:1/2?tls_insecure=1&connect_timeout=1.5&timeout=1.5"
-        );
-        let c = Config::from_url(&url).unwrap();
-        assert_eq!(c.command_timeout(), Duration::from_millis(1500));
-        let only_timeout = UrlParts {
-            timeout: Some(0.25),
-            ..UrlParts::default()
-        };
-        let sentinel = only_timeout
-            .apply_to("redis+sentinel://s1:26379,s2:26379/mymaster/0")
-            .unwrap();
-        assert_eq!(
-            Config::from_url(&sentinel).unwrap().command_timeout(),
-            Duration::from_millis(250)
-        );
-        let tls_on_unix = UrlParts {
-            tls: true,
-            ..UrlParts::default()
-        };
-        assert!(tls_on_unix.apply_to("unix:///tmp/r.sock").is_err());
-        assert!(
-            UrlParts {
-                host: Some("h".into()),
-                ..UrlParts::default()
-            }
-            .names_a_server()
-        );
     }
 
     #[test]
@@ -686,37 +397,6 @@ mod tests {
             }
             _ => panic!("expected cluster"),
         }
-    }
-
-    #[test]
-    fn url_from_parts() {
-        let parts = UrlParts {
-            host: Some("10.0.0.1".into()),
-            port: Some(6380),
-            password: Some("p@ss:w/rd".into()),
-            db: Some(2),
-            timeout: Some(1.5),
-            ..UrlParts::default()
-        };
-        let url = parts.to_url().unwrap();
-        let c = Config::from_url(&url).unwrap();
-        match &c.target {
-            Target::Single(info) => {
-                assert_eq!(info.redis_settings().password(), Some("p@ss:w/rd"));
-                assert_eq!(info.redis_settings().db(), 2);
-            }
-            _ => panic!("single"),
-        }
-        assert_eq!(c.command_timeout(), Duration::from_millis(1500));
-        assert_eq!(
-            UrlParts::default().to_url().unwrap(),
-            "redis://127.0.0.1:6379/0"
-        );
-        let unix = UrlParts {
-            host: Some("/tmp/r.sock".into()),
-            ..UrlParts::default()
-        };
-        assert!(Config::from_url(&unix.to_url().unwrap()).is_ok());
     }
 
     #[test]

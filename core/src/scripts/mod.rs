@@ -11,7 +11,9 @@ use std::sync::LazyLock;
 
 use redis::{Cmd, ConnectionLike, FromRedisValue, RedisResult, ToRedisArgs};
 
-use crate::client::Conn;
+use crate::client::Client;
+use crate::client::conn::Conn;
+use crate::error::Result;
 
 /// One Lua script, hashed once.
 pub(crate) struct LuaScript {
@@ -70,6 +72,12 @@ impl Call {
         self
     }
 
+    /// Runs the call on a pooled connection of `client` (see [`Client::run`];
+    /// `context` prefixes errors, e.g. `lock "orders"`).
+    pub(crate) fn run<T: FromRedisValue>(&self, client: &Client, context: &str) -> Result<T> {
+        client.run(context, |c| self.query(c))
+    }
+
     /// Runs the call, loading the script if the server does not know it.
     pub(crate) fn query<T: FromRedisValue>(&self, con: &mut dyn ConnectionLike) -> RedisResult<T> {
         match self.cmd.query(con) {
@@ -91,7 +99,7 @@ impl Call {
     /// would be woken (and take a CPU) before the waiter the script just
     /// handed a lock to. The PING's reply queues us before the script runs,
     /// so the waiter is written first. On a 2-core machine this took about
-    /// 25 µs off each hand-over (see `release` in `lock.rs`). For a single
+    /// 25 µs off each hand-over (see `release_token` in `lock/single.rs`). For a single
     /// connection only: a cluster routes a PING to any node.
     pub(crate) fn query_behind_ping<T: FromRedisValue>(
         &self,
@@ -140,7 +148,7 @@ pub(crate) fn query_batch(conn: &mut Conn, calls: &[Call]) -> RedisResult<Vec<re
     match run(conn) {
         Err(e) if is_noscript(&e) => {
             for call in calls {
-                call.script.script.load(conn.like())?;
+                call.script.script.load(conn)?;
             }
             run(conn)
         }

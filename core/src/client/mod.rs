@@ -1,0 +1,336 @@
+//! Connections: one [`Client`] per deployment, shared by every lock and queue
+//! that names the same URL, with a pool of reusable connections.
+//!
+//! The rooms, from the bottom up: `conn.rs` (one connection of either kind,
+//! and how one is opened), `topology.rs` (Redis Cluster: its client and
+//! slot map), `sentinel.rs` (finding the Sentinel master, and what a pool
+//! knows of it), `pool.rs` (idle connections and that knowledge, under one
+//! mutex), this file (the [`Client`]: running a command on a pooled
+//! connection, with one retry when a reused connection turns out dead), and
+//! `subscriber.rs` (connections for pub/sub waits, on the right node).
+
+pub(crate) mod conn;
+mod pool;
+mod sentinel;
+pub(crate) mod subscriber;
+mod topology;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, Once};
+use std::time::{Duration, Instant};
+
+use redis::{FromRedisValue, RedisResult};
+
+use self::conn::{Conn, install_crypto_provider, is_failover, is_stale, open, single_client};
+use self::pool::Pool;
+use self::sentinel::{MasterView, Next};
+use self::topology::cluster_client;
+use crate::config::{Config, Target};
+use crate::error::{Error, ErrorKind, Result};
+use crate::sync::LockUnpoisoned;
+
+/// A handle to one Redis deployment (server, Sentinel master or Cluster).
+///
+/// Cheap to clone; clones share the connection pool. Use [`Client::shared`] to
+/// get the process-wide client of a URL.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("url", &self.inner.config.redacted_url())
+            .finish()
+    }
+}
+
+struct Inner {
+    config: Config,
+    backend: Backend,
+    pool: Arc<Pool>,
+}
+
+enum Backend {
+    Single(redis::Client),
+    Sentinel,
+    Cluster(redis::cluster::ClusterClient),
+}
+
+/// The process-wide clients of [`Client::shared`], by URL.
+static REGISTRY: Mutex<Option<HashMap<String, Client>>> = Mutex::new(None);
+
+type Registry = MutexGuard<'static, Option<HashMap<String, Client>>>;
+
+thread_local! {
+    /// The registry, held by `fork()`'s prepare handler until the parent and
+    /// child handlers run (all three run in the forking thread).
+    static FORK_HOLD: std::cell::RefCell<Option<Registry>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Registers the client's [`fork`](crate::fork) hooks, before the registry
+/// or a pool is first used: they hold the registry, then every pool.
+fn hold_across_forks() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        crate::fork::register(crate::fork::Hooks {
+            prepare: hold_for_fork,
+            parent: || release_after_fork(false),
+            child: || release_after_fork(true),
+        })
+    });
+}
+
+/// `fork()` prepare handler: waits until no thread uses the registry or a pool.
+fn hold_for_fork() {
+    let registry = REGISTRY.lock_unpoisoned();
+    pool::hold_for_fork();
+    // Unavailable only while this thread is being torn down: then the fork
+    // goes ahead without holding the registry, as it would without this handler.
+    let _ = FORK_HOLD.try_with(|h| *h.borrow_mut() = Some(registry));
+}
+
+/// `fork()` parent and child handler: lets go of what [`hold_for_fork`] held.
+fn release_after_fork(in_child: bool) {
+    pool::release_after_fork(in_child);
+    let _ = FORK_HOLD.try_with(|h| h.borrow_mut().take());
+}
+
+impl Client {
+    /// A new client with its own pool. Nothing is connected until first use.
+    pub fn new(config: Config) -> Result<Self> {
+        hold_across_forks();
+        let ctx = config.redacted_url().to_owned();
+        let (backend, sentinel) = match &config.target {
+            Target::Single(info) => (
+                Backend::Single(
+                    single_client(info, &config).map_err(|e| Error::from_redis(&ctx, e))?,
+                ),
+                None,
+            ),
+            Target::Sentinel { sentinels, .. } => {
+                (Backend::Sentinel, Some(MasterView::new(sentinels.clone())))
+            }
+            Target::Cluster { nodes, node, tls } => (
+                Backend::Cluster(
+                    cluster_client(nodes, node, *tls, &config)
+                        .map_err(|e| Error::from_redis(&ctx, e))?,
+                ),
+                None,
+            ),
+        };
+        install_crypto_provider();
+        Ok(Self {
+            inner: Arc::new(Inner {
+                config,
+                backend,
+                pool: Pool::new(sentinel),
+            }),
+        })
+    }
+
+    /// The process-wide client for `url`: every lock and queue naming the same
+    /// URL shares one pool.
+    pub fn shared(url: &str) -> Result<Self> {
+        hold_across_forks();
+        let key = url.trim().to_owned();
+        if let Some(client) = REGISTRY
+            .lock_unpoisoned()
+            .as_ref()
+            .and_then(|r| r.get(&key))
+        {
+            return Ok(client.clone());
+        }
+        let client = Client::new(Config::from_url(&key)?)?;
+        let mut registry = REGISTRY.lock_unpoisoned();
+        Ok(registry
+            .get_or_insert_with(HashMap::new)
+            .entry(key)
+            .or_insert(client)
+            .clone())
+    }
+
+    /// The settings this client was built from.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// True when connected to a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        self.inner.config.is_cluster()
+    }
+
+    /// Same pool (clones of one client, or the same shared URL).
+    pub fn same_as(&self, other: &Client) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// An identity of the pool, to group work by client.
+    pub(crate) fn pool_id(&self) -> *const () {
+        Arc::as_ptr(&self.inner).cast()
+    }
+
+    /// The server's URL with any password masked, for messages.
+    pub(crate) fn redacted_url(&self) -> &str {
+        self.inner.config.redacted_url()
+    }
+
+    /// The time allowed for one command (subscription replies included).
+    pub(crate) fn command_timeout(&self) -> Duration {
+        self.inner.config.command_timeout
+    }
+
+    /// Checks that Redis answers (`PING`).
+    pub fn ping(&self) -> Result<()> {
+        self.query::<String>("ping", &redis::cmd("PING")).map(drop)
+    }
+
+    /// Runs one command on a pooled connection, as [`Client::run`] does.
+    pub(crate) fn query<T: FromRedisValue>(&self, context: &str, cmd: &redis::Cmd) -> Result<T> {
+        self.run(context, |c| cmd.query(c))
+    }
+
+    /// Runs `op` on a pooled connection.
+    ///
+    /// Errors are mapped with `context` (e.g. `lock "orders"`). A connection
+    /// that fails is discarded; when a *reused* connection turns out to be dead
+    /// (the server restarted or closed it while idle) the operation is retried
+    /// once on a fresh connection — the dead socket cannot have delivered it.
+    pub(crate) fn run<T>(
+        &self,
+        context: &str,
+        mut op: impl FnMut(&mut Conn) -> RedisResult<T>,
+    ) -> Result<T> {
+        let (mut conn, reused, epoch) = self.checkout().map_err(|e| e.context(context))?;
+        match deferring_signals(|| op(&mut conn)) {
+            Ok(v) => {
+                self.inner.pool.put(conn, epoch);
+                Ok(v)
+            }
+            Err(e) if reused && (is_stale(&e) || is_failover(&e)) => {
+                drop(conn);
+                self.forget_topology(&e);
+                let epoch = self.inner.pool.state().epoch;
+                let mut fresh = self.connect().map_err(|e| e.context(context))?;
+                match deferring_signals(|| op(&mut fresh)) {
+                    Ok(v) => {
+                        self.inner.pool.put(fresh, epoch);
+                        Ok(v)
+                    }
+                    Err(e) => Err(self.failed(fresh, epoch, e, context)),
+                }
+            }
+            Err(e) => Err(self.failed(conn, epoch, e, context)),
+        }
+    }
+
+    fn failed(&self, conn: Conn, epoch: u64, e: redis::RedisError, context: &str) -> Error {
+        // A server error reply leaves the connection usable; anything else
+        // (I/O, timeout, protocol) leaves it in an unknown state.
+        if e.is_io_error() || e.is_timeout() || e.is_unrecoverable_error() || is_failover(&e) {
+            self.forget_topology(&e);
+        } else {
+            self.inner.pool.put(conn, epoch);
+        }
+        Error::from_redis(context, e)
+    }
+
+    /// A connection, whether it was pooled, and the pool's epoch when it
+    /// was taken (for [`Pool::put`]).
+    fn checkout(&self) -> Result<(Conn, bool, u64)> {
+        if matches!(self.inner.backend, Backend::Sentinel) {
+            self.master_client()?; // re-asks the sentinels once their answer is old
+        }
+        match self.inner.pool.take() {
+            (Some(conn), epoch) => Ok((conn, true, epoch)),
+            (None, epoch) => Ok((self.connect()?, false, epoch)),
+        }
+    }
+
+    /// Drops cached topology after an error that suggests it changed.
+    pub(crate) fn forget_topology(&self, e: &redis::RedisError) {
+        let mut idle = self.inner.pool.state();
+        if let Some(view) = idle.sentinel.as_mut() {
+            // The master may have moved: re-ask the sentinels before the
+            // next command; drop connections that may point at the old one.
+            view.suspect();
+            idle.invalidate();
+        }
+        if e.is_cluster_error() || e.is_io_error() {
+            idle.slots.clear();
+        }
+    }
+
+    /// Opens a new connection of the deployment's kind.
+    fn connect(&self) -> Result<Conn> {
+        let cfg = &self.inner.config;
+        let ctx = cfg.redacted_url();
+        match &self.inner.backend {
+            Backend::Single(client) => open(client, cfg)
+                .map(Conn::Single)
+                .map_err(|e| Error::from_redis(ctx, e)),
+            Backend::Sentinel => {
+                let client = self.master_client()?;
+                open(&client, cfg)
+                    .map(Conn::Single)
+                    .map_err(|e| Error::from_redis(ctx, e))
+            }
+            Backend::Cluster(client) => client
+                .get_connection()
+                .map(|c| Conn::Cluster(Box::new(c)))
+                .map_err(|e| Error::from_redis(ctx, e)),
+        }
+    }
+
+    /// Sentinel: the client of the current master, asking the sentinels when
+    /// the one known is no longer trusted (see `sentinel.rs` for when).
+    ///
+    /// One thread asks at a time, and holds no lock meanwhile: the pool
+    /// stays usable, and `fork()` need not wait. Threads that cannot go on
+    /// with the master known so far wait for its answer.
+    fn master_client(&self) -> Result<redis::Client> {
+        let cfg = &self.inner.config;
+        let no_view = || {
+            Error::new(
+                ErrorKind::Config,
+                format!("{}: not a sentinel URL", cfg.redacted_url()),
+            )
+        };
+        let pool = &self.inner.pool;
+        let mut idle = pool.state();
+        let (resolver, asking) = loop {
+            let view = idle.sentinel.as_mut().ok_or_else(no_view)?;
+            match view.next(Instant::now()) {
+                Next::Use(client) => return Ok(client),
+                Next::Ask(resolver, asking) => break (resolver, asking),
+                Next::Wait(seen) => {
+                    idle = pool.await_lookup(idle, seen);
+                    if let Some(e) = idle.sentinel.as_ref().and_then(MasterView::failure) {
+                        return Err(e);
+                    }
+                }
+            }
+        };
+        drop(idle);
+        let mut lookup = pool.lookup(resolver);
+        let found = lookup.run(cfg, &asking);
+        // (`lookup` is dropped after this guard, and then wakes the waiters.)
+        let mut idle = pool.state();
+        let view = idle.sentinel.as_mut().ok_or_else(no_view)?;
+        let (client, moved) = view.settle(lookup.hand_back(), &asking, found, cfg.redacted_url());
+        if moved {
+            // Failover: every pooled connection points at the old master.
+            idle.invalidate();
+        }
+        client
+    }
+}
+
+/// Runs one round trip with signals deferred: a signal must not cut it short,
+/// Redis would have run the command and its reply would be lost (see
+/// `signals.rs`). Connecting is left interruptible: nothing was sent yet.
+fn deferring_signals<T>(op: impl FnOnce() -> T) -> T {
+    let _signals = crate::signals::Deferred::new();
+    op()
+}

@@ -1,0 +1,218 @@
+//! The distributed locks: [`Lock`](single::Lock) on one deployment,
+//! [`Redlock`](redlock::Redlock) over several independent masters.
+//!
+//! The owner is the lock object (its current token), not a thread: one
+//! object may be acquired in one thread and released in another, and PHP's
+//! `RedisLock` keeps one per name. Every acquisition gets a fresh random token
+//! (UUID v4 from the OS RNG), so a stale release can never free a later hold.
+//!
+//! The rooms: this file (the [`DistributedLock`] trait both kinds implement,
+//! [`LockOptions`] and the defaults, and the script calls both kinds make),
+//! `single.rs` (the `Lock`), `waiter.rs` (one blocked acquire of a `Lock`),
+//! `fence.rs` (fencing tokens drawn on first read), `redlock/` (the
+//! `Redlock`). The two kinds share only what this file offers them.
+
+pub(crate) mod fence;
+pub(crate) mod redlock;
+pub(crate) mod single;
+mod waiter;
+
+use std::time::Duration;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::keys::{DEFAULT_LOCK_PREFIX, LockKeys};
+use crate::scripts::{Call, LOCK_ACQUIRE, LOCK_EXTEND, LOCK_LEAVE, LOCK_RELEASE};
+use crate::wait::{self, Interrupt, Wait};
+
+/// Default lock TTL.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+
+/// Settings of a [`Lock`](single::Lock). Start from `LockOptions::default()`
+/// and set fields.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct LockOptions {
+    /// Time to live of the key; the lock frees itself this long after the last
+    /// acquire/extend/renewal if its owner vanishes.
+    pub ttl: Duration,
+    /// Key prefix (`Lock:` shares locks with legacy PHP code).
+    pub prefix: Vec<u8>,
+    /// Grant waiters in arrival order instead of letting newcomers barge in.
+    pub fair: bool,
+    /// Nested acquires by the same object count up; Redis is only touched by
+    /// the first acquire and the last release.
+    pub reentrant: bool,
+    /// Renew the TTL every ttl/3 from the background watchdog while held.
+    pub auto_renew: bool,
+    /// Longest pause between two re-checks while waiting (wake-ups normally
+    /// come much sooner, by notification).
+    pub recheck: Duration,
+    /// Confirm each acquire on this many replicas (`WAIT`) before reporting
+    /// success; 0 disables. See the README's deployment notes.
+    pub min_replicas: u32,
+}
+
+impl Default for LockOptions {
+    fn default() -> Self {
+        Self {
+            ttl: DEFAULT_TTL,
+            prefix: DEFAULT_LOCK_PREFIX.as_bytes().to_vec(),
+            fair: false,
+            reentrant: false,
+            auto_renew: false,
+            recheck: wait::DEFAULT_RECHECK,
+            min_replicas: 0,
+        }
+    }
+}
+
+/// What [`Lock`](single::Lock) and [`Redlock`](redlock::Redlock) have in
+/// common, so bindings can offer both through one code path.
+pub trait DistributedLock: Send + Sync {
+    /// Takes the lock, waiting as `wait` allows; `Ok(false)` when the wait ran out.
+    fn acquire(&self, wait: Wait, interrupt: Option<Interrupt<'_>>) -> Result<bool>;
+    /// Releases it; [`ErrorKind::NotOwned`] when not held by this object.
+    fn release(&self) -> Result<()>;
+    /// Sets the remaining TTL (default: the lock's ttl).
+    fn extend(&self, ttl: Option<Duration>) -> Result<()>;
+    /// True when anyone holds it.
+    fn locked(&self) -> Result<bool>;
+    /// True when this object holds it (checked in Redis).
+    fn owned(&self) -> Result<bool>;
+    /// Token of the current hold.
+    fn token(&self) -> Option<String>;
+    /// Fencing token of the current hold (may ask Redis: see
+    /// [`Lock::fencing_token`](single::Lock::fencing_token)).
+    fn fencing_token(&self) -> Result<Option<i64>>;
+    /// True once the hold was lost.
+    fn lost(&self) -> bool;
+    /// The lock's name.
+    fn name(&self) -> &[u8];
+    /// The lock's TTL.
+    fn ttl(&self) -> Duration;
+}
+
+/// Outcome of one acquire attempt: the reply of `lock_acquire-4.lua`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tried {
+    /// Taken, with this fencing token.
+    Acquired(i64),
+    /// Held by another owner: its remaining TTL if known, else wait for a turn.
+    Busy(Option<Duration>),
+}
+
+/// The script answers the fencing token as a string when the lock is taken,
+/// and an integer when it is not: the holder's PTTL (ms), or -1 when the lock
+/// was just handed to an older waiter.
+impl redis::FromRedisValue for Tried {
+    fn from_redis_value(v: redis::Value) -> std::result::Result<Self, redis::ParsingError> {
+        Ok(match v {
+            redis::Value::Int(pttl) if pttl >= 0 => {
+                // PTTL is 0 in the holder's last millisecond: re-check right after it.
+                Tried::Busy(Some(Duration::from_millis(pttl.unsigned_abs() + 1)))
+            }
+            redis::Value::Int(_) => Tried::Busy(None),
+            v => Tried::Acquired(i64::from_redis_value(v)?),
+        })
+    }
+}
+
+/// One run of the acquire script (`lock_acquire-4.lua`) for `token`;
+/// `waiter` registers it as that waiter while the lock is busy ('' = not).
+/// An attempt of a non-fair lock that does not register (a `Lock`'s first
+/// attempt, Redlock's attempts before they listen) uses the script's short
+/// form, two keys and four arguments fewer.
+pub(crate) fn acquire_call(
+    k: &LockKeys,
+    token: &str,
+    ttl_ms: u64,
+    waiter: &str,
+    fair: bool,
+    lease_ms: u64,
+) -> Call {
+    if waiter.is_empty() && !fair {
+        return LOCK_ACQUIRE
+            .call(&[&k.lock, &k.fence])
+            .arg(token)
+            .arg(ttl_ms);
+    }
+    LOCK_ACQUIRE
+        .call(&[&k.lock, &k.fence, &k.waiters, &k.leases])
+        .arg(token)
+        .arg(ttl_ms)
+        .arg(waiter)
+        .arg(if fair { "1" } else { "0" })
+        .arg(lease_ms)
+        .arg(&k.channel)
+}
+
+/// The release script for `token` (1: released; it hands the lock to the
+/// oldest live waiter, if any).
+pub(crate) fn release_call(k: &LockKeys, token: &str) -> Call {
+    LOCK_RELEASE
+        .call(&[&k.lock, &k.fence, &k.waiters, &k.leases])
+        .arg(token)
+        .arg(&k.channel)
+}
+
+/// The extend script: the TTL of `token`'s hold set to `ttl_ms` (1: done).
+pub(crate) fn extend_call(k: &LockKeys, token: &str, ttl_ms: u64) -> Call {
+    LOCK_EXTEND
+        .call(&[&k.lock, &k.fence])
+        .arg(token)
+        .arg(ttl_ms)
+}
+
+/// The script that deregisters `waiter` (which waited with `token` for a
+/// hold of `ttl_ms`). A hold handed to it meanwhile is kept (the reply is
+/// `[1, fence]`), or passed on when `give_back`.
+pub(crate) fn leave_call(
+    k: &LockKeys,
+    waiter: &str,
+    token: &str,
+    ttl_ms: u64,
+    give_back: bool,
+) -> Call {
+    LOCK_LEAVE
+        .call(&[&k.lock, &k.fence, &k.waiters, &k.leases])
+        .arg(format!("{waiter}|{ttl_ms}|{token}"))
+        .arg(token)
+        .arg(if give_back { "1" } else { "0" })
+        .arg(&k.channel)
+}
+
+/// A release or extend refused: `label` is not held by this owner (`why`).
+pub(crate) fn not_owned(label: &str, why: &str) -> Error {
+    Error::new(ErrorKind::NotOwned, format!("{label}: not owned: {why}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use redis::{FromRedisValue, Value};
+
+    use super::Tried;
+
+    #[test]
+    fn acquire_replies_are_told_apart_by_type() {
+        let parse = |v| Tried::from_redis_value(v).unwrap();
+        let token = b"1763700000123456".to_vec();
+        assert_eq!(
+            parse(Value::BulkString(token)),
+            Tried::Acquired(1_763_700_000_123_456)
+        );
+        // A token of 0 (a fence key lost under a hand-over) is still a hold.
+        assert_eq!(parse(Value::BulkString(b"0".to_vec())), Tried::Acquired(0));
+        assert_eq!(
+            parse(Value::Int(0)),
+            Tried::Busy(Some(Duration::from_millis(1)))
+        );
+        assert_eq!(
+            parse(Value::Int(2500)),
+            Tried::Busy(Some(Duration::from_millis(2501)))
+        );
+        assert_eq!(parse(Value::Int(-1)), Tried::Busy(None));
+        assert!(Tried::from_redis_value(Value::Nil).is_err());
+    }
+}

@@ -1,0 +1,61 @@
+//! One acquire of a [`Lock`](super::single::Lock): its scripted attempts, and
+//! the wait between them that [`wait::wait_loop`] drives.
+
+use super::{Tried, acquire_call, leave_call};
+use crate::client::Client;
+use crate::error::Result;
+use crate::keys::LockKeys;
+use crate::wait::{self, Attempt, Leaving};
+
+/// One acquire with `token` of the lock whose keys are `keys`.
+pub(super) struct LockWaiter<'a> {
+    pub client: &'a Client,
+    pub keys: &'a LockKeys,
+    /// `lock "name"`, for messages.
+    pub label: &'a str,
+    pub token: &'a str,
+    /// The TTL of the hold it takes.
+    pub ttl_ms: u64,
+    pub fair: bool,
+    /// The lease of its registration as a waiter.
+    pub lease_ms: u64,
+}
+
+impl LockWaiter<'_> {
+    /// One run of the acquire script, registering as `waiter` while the
+    /// lock is busy (`""`: not).
+    pub(super) fn attempt_as(&self, waiter: &str) -> Result<Tried> {
+        let k = self.keys;
+        acquire_call(k, self.token, self.ttl_ms, waiter, self.fair, self.lease_ms)
+            .run(self.client, self.label)
+    }
+}
+
+impl wait::Waiting for LockWaiter<'_> {
+    type Output = i64;
+
+    fn attempt(&self, waiter: &str) -> Result<Attempt<i64>> {
+        Ok(match self.attempt_as(waiter)? {
+            Tried::Acquired(f) => Attempt::Done(f),
+            Tried::Busy(hint) => Attempt::Retry(hint),
+        })
+    }
+
+    /// The release script handed the lock over: `g:<fencing token>`.
+    fn granted(&self, message: &[u8]) -> Option<i64> {
+        std::str::from_utf8(message.strip_prefix(b"g:")?)
+            .ok()?
+            .parse()
+            .ok()
+    }
+
+    fn leave(&self, waiter: &str, how: Leaving) -> Result<Option<i64>> {
+        let give_back = matches!(how, Leaving::Abandoned);
+        let call = leave_call(self.keys, waiter, self.token, self.ttl_ms, give_back);
+        let reply: Vec<i64> = call.run(self.client, self.label)?;
+        Ok(match reply.as_slice() {
+            [1, fence] => Some(*fence),
+            _ => None,
+        })
+    }
+}
