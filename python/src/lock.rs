@@ -217,7 +217,7 @@ pub struct PyLock;
 impl PyLock {
     #[new]
     // Defaults are the core's; `text_signature` spells them for `help()` and
-    // stubtest (tests/python/test_stubs.py checks it against the core's).
+    // stubtest (tests/python/test_binding.py checks them against the core's).
     #[pyo3(
         signature = (name, *, ttl = DEFAULT_TTL.as_secs_f64(), timeout = None, auto_renew = true,
                      reentrant = false, fair = false, url = None, prefix = DEFAULT_LOCK_PREFIX,
