@@ -144,9 +144,10 @@ class RedisQueue
     public function top(string $name, ?int $count = 1): array|false {}
 
     /**
-     * Extra: reserves one due task for `$visibility` seconds, waiting up to
-     * `$wait` seconds for one (woken by enqueues; more than ten years waits ten
-     * years). If it is not acked in time it returns to the queue.
+     * Extra: reserves one due task for `$visibility` seconds (default: the
+     * core's visibility timeout, 30 s), waiting up to `$wait` seconds for one
+     * (woken by enqueues; more than ten years waits ten years). If it is not
+     * acked in time it returns to the queue.
      *
      * @return array|false ['id' => string, 'score' => float, 'receipt' => string]
      */

@@ -1,21 +1,24 @@
-//! Argument conversion with PHP's own rules, and the error boundary.
+//! Reading a method's arguments with PHP's own rules.
 //!
 //! ext-php-rs rejects a mismatched scalar with a plain `\Exception` and no
 //! coercion; legacy callers pass `"5"` for ints and ints for floats. So the
-//! parameters are received as `IntArg`/`FloatArg`/`StrArg`, which declare the
-//! PHP type for reflection but accept any value, and are converted here with
-//! PHP's coercive-mode rules: a value PHP would reject raises `TypeError`.
-
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicPtr, Ordering};
+//! parameters are received as `IntArg`/`FloatArg`/`NumArg`/`StrArg`/`IdArg`/
+//! `IdsArg`, which declare the PHP type for reflection but accept any value,
+//! and are converted here with PHP's coercive-mode rules: a value PHP would
+//! reject raises `TypeError`.
+//!
+//! A method reads all its parameters first, in declaration order, with
+//! [`read_args!`], which numbers the positions and takes each name from its
+//! identifier: `read_args!("RedisLock::lock", name, timeout, expire)` gives
+//! `RedisLock::lock(): Argument #3 ($expire) must be of type int, array given`
+//! with nobody counting.
 
 use ext_php_rs::boxed::ZBox;
 use ext_php_rs::convert::FromZval;
-use ext_php_rs::error::php_error;
 use ext_php_rs::exception::{PhpException, PhpResult};
-use ext_php_rs::flags::{DataType, ErrorType};
+use ext_php_rs::flags::DataType;
 use ext_php_rs::types::{ZendStr, Zval};
-use ext_php_rs::zend::{ClassEntry, ce};
+use ext_php_rs::zend::ce;
 
 // Zend API (not in ext-php-rs' bindings), resolved when PHP loads the
 // extension. ZEND_FASTCALL: the C convention, `__vectorcall` on Windows.
@@ -28,58 +31,55 @@ unsafe extern "vectorcall" {
     fn zend_double_to_str(num: f64) -> *mut ZendStr;
 }
 
-/// `RedisLockException`'s class entry, set at module startup.
-pub static LOCK_EXCEPTION: AtomicPtr<ClassEntry> = AtomicPtr::new(std::ptr::null_mut());
+/// Reads the parameters of one method call, in declaration order, shadowing
+/// each with its converted value (a `TypeError` naming the first bad one
+/// returns from the enclosing closure):
+/// `read_args!("RedisQueue::pop", name, count, timeout);`.
+macro_rules! read_args {
+    ($function:expr, $($param:ident),+ $(,)?) => {
+        let mut args = $crate::args::Args::new($function);
+        $(let $param = args.read(stringify!($param), $param)?;)+
+    };
+}
+pub(crate) use read_args;
 
-/// A `RedisLockException` with `message` (a plain `RuntimeException` if the
-/// class is not registered yet, which cannot happen after MINIT).
-pub fn lock_exception(message: impl Into<String>) -> PhpException {
-    let ce = LOCK_EXCEPTION.load(Ordering::Acquire);
-    // SAFETY: the pointer was stored by ClassBuilder::registration and class
-    // entries live until module shutdown.
-    match unsafe { ce.as_ref() } {
-        Some(ce) => PhpException::new(message.into(), 0, ce),
-        None => PhpException::default(message.into()),
-    }
+/// The position of the next parameter of a method call.
+pub struct Args {
+    function: &'static str,
+    position: u8,
 }
 
-/// Emits an `E_WARNING` (PHP prefixes it with `Class::method(): `).
-pub fn warn(message: &str) {
-    php_error(&ErrorType::Warning, &message.replace('\0', "\\0"));
-}
-
-/// Runs a method body, turning a Rust panic into a `RedisLockException`
-/// instead of aborting the PHP process.
-pub fn guard<T>(body: impl FnOnce() -> PhpResult<T>) -> PhpResult<T> {
-    match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(result) => result,
-        Err(panic) => {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
-            Err(lock_exception(format!("ferrolock internal error: {what}")))
+impl Args {
+    /// Before the first parameter of `function` (`RedisLock::lock`).
+    pub fn new(function: &'static str) -> Self {
+        Self {
+            function,
+            position: 0,
         }
     }
-}
 
-/// Maps a core error: bad arguments become the legacy return value plus an
-/// `E_WARNING`; anything about Redis becomes a `RedisLockException`.
-pub fn legacy<T>(result: ferrolock::Result<T>, fallback: T) -> PhpResult<T> {
-    match result {
-        Ok(v) => Ok(v),
-        Err(e) if e.is_invalid_argument() => {
-            warn(e.message());
-            Ok(fallback)
+    /// Where the next parameter, `name`, sits.
+    pub fn at(&mut self, name: &'static str) -> At {
+        self.position += 1;
+        At {
+            function: self.function,
+            position: self.position,
+            name,
         }
-        Err(e) => Err(lock_exception(e.to_string())),
+    }
+
+    /// Converts the next parameter, `name`.
+    pub fn read<P: Param>(&mut self, name: &'static str, param: P) -> PhpResult<P::Value> {
+        param.read(&self.at(name))
     }
 }
 
-/// A core error as a `RedisLockException`.
-pub fn exception(e: ferrolock::Error) -> PhpException {
-    lock_exception(e.to_string())
+/// A parameter as received, converted when read.
+pub trait Param {
+    /// The converted value.
+    type Value;
+    /// The value, or PHP's `TypeError` for the parameter at `at`.
+    fn read(self, at: &At) -> PhpResult<Self::Value>;
 }
 
 /// PHP's name of a value's type, as in its own TypeError messages.
@@ -109,15 +109,6 @@ pub struct At {
     pub name: &'static str,
 }
 
-/// Shorthand for [`At`].
-pub const fn at(function: &'static str, position: u8, name: &'static str) -> At {
-    At {
-        function,
-        position,
-        name,
-    }
-}
-
 /// `TypeError: f(): Argument #n ($name) must be of type T, U given`.
 pub fn type_error(at: &At, expected: &str, got: &str) -> PhpException {
     PhpException::new(
@@ -138,6 +129,16 @@ fn numeric(s: &str) -> Option<f64> {
         return None;
     }
     t.parse::<f64>().ok().filter(|v| v.is_finite())
+}
+
+/// `null` given for an optional numeric parameter reads as 0, as the untyped
+/// legacy methods read it (`null <= 0`, `$now + null`), so a legacy wrapper
+/// that passes its own `null` default keeps working.
+fn null_as_zero<T: Default>(value: Result<T, String>) -> Result<T, String> {
+    match value {
+        Err(got) if got == "null" => Ok(T::default()),
+        other => other,
+    }
 }
 
 /// An `int` parameter: int, bool, integral-range float, numeric string.
@@ -173,71 +174,83 @@ impl<'a> FromZval<'a> for IntArg {
     }
 }
 
-impl IntArg {
-    /// An optional parameter, which also takes `null`: `null` reads as 0, as
-    /// the untyped legacy methods read it (`null <= 0`, `$now + null`), so a
-    /// legacy wrapper that passes its own `null` default keeps working.
-    pub fn or_zero(arg: Option<IntArg>) -> IntArg {
-        match arg {
-            Some(IntArg(Err(got))) if got == "null" => IntArg(Ok(0)),
-            Some(a) => a,
-            None => IntArg(Ok(0)),
-        }
-    }
-
-    /// The value, or PHP's TypeError.
-    pub fn get(self, at: &At) -> PhpResult<i64> {
+impl Param for IntArg {
+    type Value = i64;
+    fn read(self, at: &At) -> PhpResult<i64> {
         self.0.map_err(|got| type_error(at, "int", &got))
     }
 }
 
-/// An `int|float` / `float` parameter: int, float, bool, numeric string.
+/// An optional `int` parameter: also `null`, read as 0.
+impl Param for Option<IntArg> {
+    type Value = i64;
+    fn read(self, at: &At) -> PhpResult<i64> {
+        IntArg(self.map_or(Ok(0), |a| null_as_zero(a.0))).read(at)
+    }
+}
+
+/// A float as PHP reads one for a `float` or `int|float` parameter: int,
+/// float, bool, numeric string.
+fn float_of(z: &Zval) -> Result<f64, String> {
+    let v = if let Some(d) = z.double() {
+        Some(d)
+    } else if let Some(l) = z.long() {
+        Some(l as f64)
+    } else if let Some(b) = z.bool() {
+        Some(if b { 1.0 } else { 0.0 })
+    } else if let Some(s) = z.str() {
+        numeric(s)
+    } else {
+        None
+    };
+    v.ok_or_else(|| type_name(z))
+}
+
+/// A `float` parameter.
 pub struct FloatArg(Result<f64, String>);
-
-impl From<f64> for FloatArg {
-    fn from(v: f64) -> Self {
-        FloatArg(Ok(v))
-    }
-}
-
-impl From<i64> for FloatArg {
-    fn from(v: i64) -> Self {
-        FloatArg(Ok(v as f64))
-    }
-}
 
 impl<'a> FromZval<'a> for FloatArg {
     const TYPE: DataType = DataType::Double;
     fn from_zval(z: &'a Zval) -> Option<Self> {
-        let v = if let Some(d) = z.double() {
-            Some(d)
-        } else if let Some(l) = z.long() {
-            Some(l as f64)
-        } else if let Some(b) = z.bool() {
-            Some(if b { 1.0 } else { 0.0 })
-        } else if let Some(s) = z.str() {
-            numeric(s)
-        } else {
-            None
-        };
-        Some(FloatArg(v.ok_or_else(|| type_name(z))))
+        Some(FloatArg(float_of(z)))
     }
 }
 
-impl FloatArg {
-    /// An optional parameter, which also takes `null` (read as 0, see
-    /// [`IntArg::or_zero`]).
-    pub fn or_zero(arg: Option<FloatArg>) -> FloatArg {
-        match arg {
-            Some(FloatArg(Err(got))) if got == "null" => FloatArg(Ok(0.0)),
-            Some(a) => a,
-            None => FloatArg(Ok(0.0)),
-        }
+impl Param for FloatArg {
+    type Value = f64;
+    fn read(self, at: &At) -> PhpResult<f64> {
+        self.0.map_err(|got| type_error(at, "float", &got))
     }
+}
 
-    /// The value, or PHP's TypeError (`expected` names the declared type).
-    pub fn get(self, at: &At, expected: &str) -> PhpResult<f64> {
-        self.0.map_err(|got| type_error(at, expected, &got))
+/// An `int|float` parameter (seconds): the same values as `float`.
+pub struct NumArg(Result<f64, String>);
+
+impl From<i64> for NumArg {
+    fn from(v: i64) -> Self {
+        NumArg(Ok(v as f64))
+    }
+}
+
+impl<'a> FromZval<'a> for NumArg {
+    const TYPE: DataType = DataType::Double;
+    fn from_zval(z: &'a Zval) -> Option<Self> {
+        Some(NumArg(float_of(z)))
+    }
+}
+
+impl Param for NumArg {
+    type Value = f64;
+    fn read(self, at: &At) -> PhpResult<f64> {
+        self.0.map_err(|got| type_error(at, "int|float", &got))
+    }
+}
+
+/// An optional `int|float` parameter: also `null`, read as 0.
+impl Param for Option<NumArg> {
+    type Value = f64;
+    fn read(self, at: &At) -> PhpResult<f64> {
+        NumArg(self.map_or(Ok(0.0), |a| null_as_zero(a.0))).read(at)
     }
 }
 
@@ -263,10 +276,61 @@ impl<'a> FromZval<'a> for StrArg {
     }
 }
 
-impl StrArg {
-    /// The bytes, or PHP's TypeError.
-    pub fn get(self, at: &At) -> PhpResult<Vec<u8>> {
+impl Param for StrArg {
+    type Value = Vec<u8>;
+    fn read(self, at: &At) -> PhpResult<Vec<u8>> {
         self.0.map_err(|got| type_error(at, "string", &got))
+    }
+}
+
+/// A `string|int` task id (floats and bools too, converted as PHP would).
+pub struct IdArg(Result<Vec<u8>, String>);
+
+impl IdArg {
+    fn of(z: &Zval) -> Self {
+        IdArg(scalar_bytes(z).ok_or_else(|| type_name(z)))
+    }
+}
+
+impl<'a> FromZval<'a> for IdArg {
+    const TYPE: DataType = DataType::Mixed;
+    fn from_zval(z: &'a Zval) -> Option<Self> {
+        Some(IdArg::of(z))
+    }
+}
+
+impl Param for IdArg {
+    type Value = Vec<u8>;
+    fn read(self, at: &At) -> PhpResult<Vec<u8>> {
+        self.0.map_err(|got| type_error(at, "string|int", &got))
+    }
+}
+
+/// A `string|int|array` of task ids: one id, or an array whose every element
+/// is one.
+pub struct IdsArg(Result<Vec<IdArg>, String>);
+
+impl<'a> FromZval<'a> for IdsArg {
+    const TYPE: DataType = DataType::Mixed;
+    fn from_zval(z: &'a Zval) -> Option<Self> {
+        let ids = if z.is_null() || z.is_bool() || z.is_object() {
+            Err(type_name(z))
+        } else if let Some(list) = z.array() {
+            Ok(list.iter().map(|(_, v)| IdArg::of(v)).collect())
+        } else {
+            Ok(vec![IdArg::of(z)])
+        };
+        Some(IdsArg(ids))
+    }
+}
+
+impl Param for IdsArg {
+    type Value = Vec<Vec<u8>>;
+    fn read(self, at: &At) -> PhpResult<Vec<Vec<u8>>> {
+        let ids = self
+            .0
+            .map_err(|got| type_error(at, "array|string|int", &got))?;
+        ids.into_iter().map(|id| id.read(at)).collect()
     }
 }
 
@@ -294,11 +358,6 @@ pub fn scalar_bytes(z: &Zval) -> Option<Vec<u8>> {
         return None;
     }
     z.coerce_to_string().map(String::into_bytes)
-}
-
-/// A `string|int` id (floats and bools too, converted as PHP would).
-pub fn id_bytes(z: &Zval, at: &At) -> PhpResult<Vec<u8>> {
-    scalar_bytes(z).ok_or_else(|| type_error(at, "string|int", &type_name(z)))
 }
 
 /// A PHP string zval from bytes.

@@ -12,7 +12,8 @@ use ext_php_rs::exception::{PhpException, PhpResult};
 use ext_php_rs::types::Zval;
 use ferrolock::{Client, UrlParts};
 
-use crate::args::{At, exception, lock_exception, scalar_bytes, type_error, type_name};
+use crate::args::{Args, scalar_bytes, type_error, type_name};
+use crate::errors::{exception, lock_exception};
 
 unsafe extern "C" {
     // Zend API (not in ext-php-rs' bindings), resolved when PHP loads the extension.
@@ -188,13 +189,10 @@ fn timeout(key: &str, value: &Zval) -> PhpResult<Option<f64>> {
     }
 }
 
-/// Reads `$param` (see the module documentation).
-pub fn settings(param: Option<&Zval>, function: &'static str) -> PhpResult<Settings> {
-    let at = At {
-        function,
-        position: 1,
-        name: "param",
-    };
+/// Reads `$param`, the only parameter of `function`, a constructor (see the
+/// module documentation).
+pub fn settings(function: &'static str, param: Option<&Zval>) -> PhpResult<Settings> {
+    let at = Args::new(function).at("param");
     let mut out = Settings {
         client: None,
         servers: Vec::new(),

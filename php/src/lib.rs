@@ -2,9 +2,10 @@
 //! `RedisLockException`, drop-in replacements for the legacy classes.
 //!
 //! Thin by design: arguments are converted with PHP's rules (`args.rs`), the
-//! connection is resolved from `$param` (`connect.rs`), and every semantic is
-//! the `ferrolock` crate's. No Rust panic may cross into PHP: every method
-//! body runs inside `args::guard`.
+//! connection is resolved from `$param` (`connect.rs`), errors follow one
+//! policy (`errors.rs`), and every semantic is the `ferrolock` crate's. No
+//! Rust panic may cross into PHP: every method body runs inside
+//! `errors::guard`.
 // PHP parameter names are camelCase ($waitIntervalUs): ext-php-rs uses the
 // Rust identifiers as they are.
 #![allow(non_snake_case)]
@@ -12,35 +13,24 @@
 
 mod args;
 mod connect;
+mod errors;
 mod lock;
 mod queue;
 
 use std::ffi::c_int;
-use std::sync::atomic::Ordering;
 
-use ext_php_rs::builders::ClassBuilder;
 use ext_php_rs::flags::IniEntryPermission;
 use ext_php_rs::prelude::*;
-use ext_php_rs::zend::{ClassEntry, IniEntryDef};
+use ext_php_rs::zend::IniEntryDef;
 
 unsafe extern "C" {
-    // SPL is always compiled into PHP; its class entries are set before MINIT.
-    static spl_ce_RuntimeException: *mut ClassEntry;
     fn zend_unregister_ini_entries_ex(module_number: c_int, module_type: c_int);
 }
 
-fn runtime_exception() -> &'static ClassEntry {
-    // SAFETY: a valid class entry for the whole life of the PHP process.
-    unsafe { &*spl_ce_RuntimeException }
-}
-
-/// MINIT: the exception class and the `ferrolock.url` ini entry.
+/// MINIT: the exception class and the `ferrolock.url` ini entry (ext-php-rs
+/// registers `RedisLock` and `RedisQueue` right after).
 pub fn startup(_ty: i32, module_number: i32) -> i32 {
-    let registered = ClassBuilder::new("RedisLockException")
-        .extends((runtime_exception, "\\RuntimeException"))
-        .registration(|ce| args::LOCK_EXCEPTION.store(ce, Ordering::Release))
-        .register();
-    if registered.is_err() {
+    if errors::RedisLockException::declare().is_err() {
         return -1; // FAILURE: PHP reports the extension as not loadable
     }
     IniEntryDef::register(

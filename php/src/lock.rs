@@ -10,10 +10,9 @@ use ext_php_rs::prelude::*;
 use ext_php_rs::types::{ZendClassObject, Zval};
 use ferrolock::{Client, DistributedLock, ErrorKind, Lock, LockOptions, Redlock, Wait, validate};
 
-use crate::args::{
-    FloatArg, IntArg, StrArg, at, cap_wait, exception, guard, legacy, lock_exception, warn,
-};
+use crate::args::{IntArg, NumArg, StrArg, cap_wait, read_args};
 use crate::connect::settings;
+use crate::errors::{exception, guard, lock_exception, settle, warn};
 
 /// Legacy minimum lock lifetime: `max((int)$expire, 5)`.
 const MIN_EXPIRE: i64 = 5;
@@ -48,7 +47,7 @@ pub struct RedisLock {
 
 impl RedisLock {
     fn from_param(param: Option<&Zval>) -> PhpResult<Self> {
-        let s = settings(param, "RedisLock::__construct")?;
+        let s = settings("RedisLock::__construct", param)?;
         Ok(Self {
             client: s.client,
             servers: s.servers,
@@ -134,39 +133,29 @@ impl RedisLock {
     pub fn lock(
         &mut self,
         name: StrArg,
-        timeout: Option<FloatArg>,
+        timeout: Option<NumArg>,
         expire: Option<IntArg>,
         waitIntervalUs: Option<IntArg>,
     ) -> PhpResult<bool> {
         guard(|| {
-            const F: &str = "RedisLock::lock";
-            let name = name.get(&at(F, 1, "name"))?;
-            let timeout = FloatArg::or_zero(timeout).get(&at(F, 2, "timeout"), "int|float")?;
-            let expire = IntArg::or_zero(expire).get(&at(F, 3, "expire"))?;
-            let interval_us = IntArg::or_zero(waitIntervalUs).get(&at(F, 4, "waitIntervalUs"))?;
-            if let Err(e) = validate::name(&name, "lock name") {
-                warn(e.message());
+            read_args!("RedisLock::lock", name, timeout, expire, waitIntervalUs);
+            if settle(validate::name(&name, "lock name"))?.is_none() {
                 return Ok(false);
             }
-            let Some(ttl) = legacy(
-                validate::seconds(expire.max(MIN_EXPIRE) as f64, "expire", true).map(Some),
-                None,
-            )?
-            else {
+            let Some(ttl) = settle(validate::seconds(expire.max(MIN_EXPIRE) as f64, "expire", true))? else {
                 return Ok(false);
             };
             let wait = if timeout.is_nan() || timeout <= 0.0 {
                 Wait::Try
             } else {
-                let timeout = cap_wait(timeout);
-                match legacy(validate::seconds(timeout, "timeout", false).map(Some), None)? {
+                match settle(validate::seconds(cap_wait(timeout), "timeout", false))? {
                     Some(d) => Wait::For(d),
                     None => return Ok(false),
                 }
             };
             let recheck =
-                Duration::from_micros(interval_us.clamp(1000, MAX_WAIT_INTERVAL_US) as u64);
-            let Some(lock) = legacy(self.new_lock(&name, ttl, recheck).map(Some), None)? else {
+                Duration::from_micros(waitIntervalUs.clamp(1000, MAX_WAIT_INTERVAL_US) as u64);
+            let Some(lock) = settle(self.new_lock(&name, ttl, recheck))? else {
                 return Ok(false);
             };
             let acquired = lock.acquire(wait, None).map_err(exception)?;
@@ -181,9 +170,8 @@ impl RedisLock {
     /// Releases `$name` if this object holds it; false otherwise.
     pub fn unlock(&mut self, name: StrArg) -> PhpResult<bool> {
         guard(|| {
-            let name = name.get(&at("RedisLock::unlock", 1, "name"))?;
-            if name.is_empty() {
-                warn("lock name must not be empty");
+            read_args!("RedisLock::unlock", name);
+            if !given(&name) {
                 return Ok(false);
             }
             self.unlock_name(&name)
@@ -206,21 +194,14 @@ impl RedisLock {
     /// Sets the remaining lifetime of a held lock to max(`$expire`, 1) seconds.
     pub fn expire(&mut self, name: StrArg, expire: IntArg) -> PhpResult<bool> {
         guard(|| {
-            const F: &str = "RedisLock::expire";
-            let name = name.get(&at(F, 1, "name"))?;
-            let expire = expire.get(&at(F, 2, "expire"))?;
-            if name.is_empty() {
-                warn("lock name must not be empty");
+            read_args!("RedisLock::expire", name, expire);
+            if !given(&name) {
                 return Ok(false);
             }
             let Some(lock) = self.held.get(&name) else {
                 return Ok(false);
             };
-            let Some(ttl) = legacy(
-                validate::seconds(expire.max(1) as f64, "expire", true).map(Some),
-                None,
-            )?
-            else {
+            let Some(ttl) = settle(validate::seconds(expire.max(1) as f64, "expire", true))? else {
                 return Ok(false);
             };
             match lock.extend(Some(ttl)) {
@@ -235,9 +216,8 @@ impl RedisLock {
     #[php(name = "isLocking")]
     pub fn is_locking(&self, name: StrArg) -> PhpResult<bool> {
         guard(|| {
-            let name = name.get(&at("RedisLock::isLocking", 1, "name"))?;
-            if name.is_empty() {
-                warn("lock name must not be empty");
+            read_args!("RedisLock::isLocking", name);
+            if !given(&name) {
                 return Ok(false);
             }
             match self.held.get(&name) {
@@ -258,7 +238,7 @@ impl RedisLock {
     #[php(name = "fencingToken")]
     pub fn fencing_token(&self, name: StrArg) -> PhpResult<Zval> {
         guard(|| {
-            let name = name.get(&at("RedisLock::fencingToken", 1, "name"))?;
+            read_args!("RedisLock::fencingToken", name);
             let mut out = Zval::new();
             let hold = self.held.get(&name).filter(|l| !l.lost());
             let fence = match hold.map(|l| l.fencing_token()) {
@@ -274,6 +254,19 @@ impl RedisLock {
             Ok(out)
         })
     }
+}
+
+/// The methods that look a held lock up by name: an empty name is the legacy
+/// invalid argument (false plus the warning `lock()` gives); any other name is
+/// looked up (one too long to lock is simply not held).
+fn given(name: &[u8]) -> bool {
+    if name.is_empty() {
+        if let Err(e) = validate::name(name, "lock name") {
+            warn(e.message());
+        }
+        return false;
+    }
+    true
 }
 
 impl RedisLock {

@@ -7,13 +7,13 @@ use std::time::Duration;
 use ext_php_rs::exception::PhpResult;
 use ext_php_rs::prelude::*;
 use ext_php_rs::types::{ZendHashTable, Zval};
-use ferrolock::{Client, ErrorKind, Queue, QueueOptions, Task, Wait, validate};
+use ferrolock::{Client, DEFAULT_VISIBILITY, Queue, QueueOptions, Task, Wait, validate};
 
 use crate::args::{
-    At, FloatArg, IntArg, StrArg, at, bytes_zval, cap_wait, exception, guard, id_bytes, type_error,
-    type_name, warn,
+    FloatArg, IdArg, IdsArg, IntArg, NumArg, StrArg, bytes_zval, cap_wait, read_args,
 };
 use crate::connect::settings;
+use crate::errors::{exception, guard, lock_exception, settle, warn};
 
 /// Queues kept per object (their key names are computed once).
 const QUEUE_CACHE: usize = 1024;
@@ -51,19 +51,6 @@ impl Fallback {
     }
 }
 
-/// Outcome of a core call in legacy terms: bad input and a legacy queue lock
-/// held too long give the legacy value plus a warning; Redis trouble throws.
-fn settle<T>(result: ferrolock::Result<T>) -> PhpResult<Option<T>> {
-    match result {
-        Ok(v) => Ok(Some(v)),
-        Err(e) if e.is_invalid_argument() || e.kind() == ErrorKind::QueueLocked => {
-            warn(e.message());
-            Ok(None)
-        }
-        Err(e) => Err(exception(e)),
-    }
-}
-
 fn task_array(task: &Task, with_receipt: bool) -> PhpResult<Zval> {
     let mut row = ZendHashTable::new();
     row.insert("id", bytes_zval(&task.id))?;
@@ -93,30 +80,16 @@ fn tasks_zval(tasks: &[Task], count: i64) -> PhpResult<Zval> {
     Ok(z)
 }
 
-/// `string|int|array $id` → ids (an array: every element a scalar).
-fn ids_of(id: &Zval, at: &At) -> PhpResult<Vec<Vec<u8>>> {
-    match id.array() {
-        Some(list) => list.iter().map(|(_, v)| id_bytes(v, at)).collect(),
-        None => Ok(vec![id_bytes(id, at)?]),
-    }
-}
-
 impl RedisQueue {
-    /// The queue `$name` names: a TypeError for a non-string, `None` (and a
-    /// warning) for an invalid name, as the legacy class answered those.
-    fn open(&mut self, name: StrArg, at: &At) -> PhpResult<Option<Arc<Queue>>> {
-        let name = name.get(at)?;
-        settle(self.queue(&name))
+    /// The queue `name` names; `None` (and a warning) for an invalid name, as
+    /// the legacy class answered those.
+    fn open(&mut self, name: &[u8]) -> PhpResult<Option<Arc<Queue>>> {
+        settle(self.queue(name))
     }
 
     /// [`RedisQueue::open`] plus a task count checked the legacy way.
-    fn open_counted(
-        &mut self,
-        name: StrArg,
-        at: &At,
-        count: i64,
-    ) -> PhpResult<Option<(Arc<Queue>, usize)>> {
-        let Some(queue) = self.open(name, at)? else {
+    fn open_counted(&mut self, name: &[u8], count: i64) -> PhpResult<Option<(Arc<Queue>, usize)>> {
+        let Some(queue) = self.open(name)? else {
             return Ok(None);
         };
         Ok(settle(validate::count(count, "count"))?.map(|n| (queue, n)))
@@ -142,17 +115,19 @@ fn seconds(value: i64) -> Duration {
     Duration::from_secs(value.clamp(0, validate::MAX_SECONDS as i64) as u64)
 }
 
+/// `reserve()`'s default visibility: the core's, spelled as a literal because
+/// PHP reflection shows the default as PHP source (checked at compile time).
+const _: () = assert!(DEFAULT_VISIBILITY.as_secs() == 30 && DEFAULT_VISIBILITY.subsec_nanos() == 0);
+
 #[php_impl]
 impl RedisQueue {
     /// `new RedisQueue(string|array|null $param = null)`.
     #[php(defaults(param = None))]
     pub fn __construct(param: Option<&Zval>) -> PhpResult<Self> {
         guard(|| {
-            let s = settings(param, "RedisQueue::__construct")?;
+            let s = settings("RedisQueue::__construct", param)?;
             let client = s.client.ok_or_else(|| {
-                crate::args::lock_exception(
-                    "RedisQueue needs one Redis URL ('servers' is for RedisLock)",
-                )
+                lock_exception("RedisQueue needs one Redis URL ('servers' is for RedisLock)")
             })?;
             Ok(Self {
                 client,
@@ -174,27 +149,16 @@ impl RedisQueue {
     pub fn enqueue(
         &mut self,
         name: StrArg,
-        id: &Zval,
+        id: IdsArg,
         timeout: Option<IntArg>,
-        afterInterval: Option<FloatArg>,
+        afterInterval: Option<NumArg>,
     ) -> PhpResult<bool> {
         guard(|| {
-            const F: &str = "RedisQueue::enqueue";
-            let Some(queue) = self.open(name, &at(F, 1, "name"))? else {
+            read_args!("RedisQueue::enqueue", name, id, timeout, afterInterval);
+            let Some(queue) = self.open(&name)? else {
                 return Ok(false);
             };
-            if id.is_null() || id.is_bool() || id.is_object() {
-                return Err(type_error(
-                    &at(F, 2, "id"),
-                    "array|string|int",
-                    &type_name(id),
-                ));
-            }
-            let ids = ids_of(id, &at(F, 2, "id"))?;
-            let timeout = IntArg::or_zero(timeout).get(&at(F, 3, "timeout"))?;
-            let delay =
-                FloatArg::or_zero(afterInterval).get(&at(F, 4, "afterInterval"), "int|float")?;
-            if ids.is_empty() {
+            if id.is_empty() {
                 warn("no task id given");
                 return Ok(false);
             }
@@ -202,10 +166,10 @@ impl RedisQueue {
                 warn(&format!("timeout must be > 0, got {timeout}"));
                 return Ok(false);
             }
-            let Some(delay) = settle(validate::offset(delay, "afterInterval"))? else {
+            let Some(delay) = settle(validate::offset(afterInterval, "afterInterval"))? else {
                 return Ok(false);
             };
-            Ok(settle(queue.enqueue(&ids, delay, Some(seconds(timeout)), None))?.is_some())
+            Ok(settle(queue.enqueue(&id, delay, Some(seconds(timeout)), None))?.is_some())
         })
     }
 
@@ -214,18 +178,15 @@ impl RedisQueue {
     pub fn dequeue(
         &mut self,
         name: StrArg,
-        id: &Zval,
+        id: IdArg,
         score: FloatArg,
         timeout: Option<IntArg>,
     ) -> PhpResult<bool> {
         guard(|| {
-            const F: &str = "RedisQueue::dequeue";
-            let Some(queue) = self.open(name, &at(F, 1, "name"))? else {
+            read_args!("RedisQueue::dequeue", name, id, score, timeout);
+            let Some(queue) = self.open(&name)? else {
                 return Ok(false);
             };
-            let id = id_bytes(id, &at(F, 2, "id"))?;
-            let score = score.get(&at(F, 3, "score"), "float")?;
-            let timeout = IntArg::or_zero(timeout).get(&at(F, 4, "timeout"))?;
             Ok(settle(queue.dequeue(&id, score, Some(seconds(timeout)), None))?.unwrap_or(false))
         })
     }
@@ -240,10 +201,8 @@ impl RedisQueue {
         timeout: Option<IntArg>,
     ) -> PhpResult<Zval> {
         guard(|| {
-            const F: &str = "RedisQueue::pop";
-            let count = IntArg::or_zero(count).get(&at(F, 2, "count"))?;
-            let timeout = IntArg::or_zero(timeout).get(&at(F, 3, "timeout"))?;
-            let Some((queue, n)) = self.open_counted(name, &at(F, 1, "name"), count)? else {
+            read_args!("RedisQueue::pop", name, count, timeout);
+            let Some((queue, n)) = self.open_counted(&name, count)? else {
                 return Ok(Fallback::EmptyArray.zval());
             };
             match settle(queue.pop(n, Wait::Try, Some(seconds(timeout)), None))? {
@@ -257,9 +216,8 @@ impl RedisQueue {
     #[php(defaults(count = Some(1.into())))]
     pub fn top(&mut self, name: StrArg, count: Option<IntArg>) -> PhpResult<Zval> {
         guard(|| {
-            const F: &str = "RedisQueue::top";
-            let count = IntArg::or_zero(count).get(&at(F, 2, "count"))?;
-            let Some((queue, n)) = self.open_counted(name, &at(F, 1, "name"), count)? else {
+            read_args!("RedisQueue::top", name, count);
+            let Some((queue, n)) = self.open_counted(&name, count)? else {
                 return Ok(Fallback::EmptyArray.zval());
             };
             match settle(queue.top(n))? {
@@ -269,27 +227,23 @@ impl RedisQueue {
         })
     }
 
-    /// Extra: reserves one due task for `$visibility` seconds, waiting up to
-    /// `$wait` seconds for one (more than ten years waits ten years).
-    /// `['id', 'score', 'receipt']` or false. Ack it with `ack()`; if not acked
-    /// in time it returns to the queue.
+    /// Extra: reserves one due task for `$visibility` seconds (default: the
+    /// core's, 30), waiting up to `$wait` seconds for one (more than ten years
+    /// waits ten years). `['id', 'score', 'receipt']` or false. Ack it with
+    /// `ack()`; if not acked in time it returns to the queue.
     #[php(defaults(visibility = Some(30.into()), wait = Some(0.into())))]
     pub fn reserve(
         &mut self,
         name: StrArg,
-        visibility: Option<FloatArg>,
-        wait: Option<FloatArg>,
+        visibility: Option<NumArg>,
+        wait: Option<NumArg>,
     ) -> PhpResult<Zval> {
         guard(|| {
-            const F: &str = "RedisQueue::reserve";
-            let Some(queue) = self.open(name, &at(F, 1, "name"))? else {
+            read_args!("RedisQueue::reserve", name, visibility, wait);
+            let Some(queue) = self.open(&name)? else {
                 return Ok(Fallback::False.zval());
             };
-            let visibility =
-                FloatArg::or_zero(visibility).get(&at(F, 2, "visibility"), "int|float")?;
-            let wait = FloatArg::or_zero(wait).get(&at(F, 3, "wait"), "int|float")?;
-            let Some(visibility) = settle(validate::seconds(visibility, "visibility", true))?
-            else {
+            let Some(visibility) = settle(validate::seconds(visibility, "visibility", true))? else {
                 return Ok(Fallback::False.zval());
             };
             let Some(wait) = settle(Wait::from_secs(Some(cap_wait(wait)), "wait"))? else {
@@ -304,14 +258,13 @@ impl RedisQueue {
 
     /// Extra: acknowledges a reserved task; false when the reservation was
     /// lost (expired and handed out again).
-    pub fn ack(&mut self, name: StrArg, id: &Zval, receipt: StrArg) -> PhpResult<bool> {
+    pub fn ack(&mut self, name: StrArg, id: IdArg, receipt: StrArg) -> PhpResult<bool> {
         guard(|| {
-            const F: &str = "RedisQueue::ack";
-            let Some(queue) = self.open(name, &at(F, 1, "name"))? else {
+            read_args!("RedisQueue::ack", name, id, receipt);
+            let Some(queue) = self.open(&name)? else {
                 return Ok(false);
             };
-            let id = id_bytes(id, &at(F, 2, "id"))?;
-            let receipt = String::from_utf8_lossy(&receipt.get(&at(F, 3, "receipt"))?).into_owned();
+            let receipt = String::from_utf8_lossy(&receipt).into_owned();
             Ok(settle(queue.ack(&id, &receipt))?.unwrap_or(false))
         })
     }
@@ -321,18 +274,16 @@ impl RedisQueue {
     pub fn nack(
         &mut self,
         name: StrArg,
-        id: &Zval,
+        id: IdArg,
         receipt: StrArg,
-        delay: Option<FloatArg>,
+        delay: Option<NumArg>,
     ) -> PhpResult<bool> {
         guard(|| {
-            const F: &str = "RedisQueue::nack";
-            let Some(queue) = self.open(name, &at(F, 1, "name"))? else {
+            read_args!("RedisQueue::nack", name, id, receipt, delay);
+            let Some(queue) = self.open(&name)? else {
                 return Ok(false);
             };
-            let id = id_bytes(id, &at(F, 2, "id"))?;
-            let receipt = String::from_utf8_lossy(&receipt.get(&at(F, 3, "receipt"))?).into_owned();
-            let delay = FloatArg::or_zero(delay).get(&at(F, 4, "delay"), "int|float")?;
+            let receipt = String::from_utf8_lossy(&receipt).into_owned();
             Ok(settle(queue.nack(&id, &receipt, delay, None))?.unwrap_or(false))
         })
     }
@@ -340,7 +291,8 @@ impl RedisQueue {
     /// Extra: number of queued tasks (due or delayed; reserved ones excluded).
     pub fn len(&mut self, name: StrArg) -> PhpResult<i64> {
         guard(|| {
-            let Some(queue) = self.open(name, &at("RedisQueue::len", 1, "name"))? else {
+            read_args!("RedisQueue::len", name);
+            let Some(queue) = self.open(&name)? else {
                 return Ok(0);
             };
             let n = queue.len().map_err(exception)?;

@@ -8,15 +8,18 @@ Connection: the ``url`` argument, else ``$REDIS_URL``, else
 ``redis://127.0.0.1:6379/0``.
 """
 
-from ferrolock._errors import (
+from ferrolock._lock import Lock, Redlock
+from ferrolock._native import (
     ConnectionError,
     FerrolockError,
     LockError,
     LockLostError,
     LockNotOwnedError,
     LockTimeout,
+    Queue,
+    Task,
+    __version__,
 )
-from ferrolock._native import Lock, Queue, Redlock, Task, __version__
 
 __all__ = [
     "ConnectionError",

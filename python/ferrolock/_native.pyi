@@ -1,17 +1,70 @@
 """Type stubs of the native module (kept in step with python/src/*.rs; checked by
-``python -m mypy.stubtest ferrolock._native``)."""
+``python -m mypy.stubtest ferrolock``).
 
-from collections.abc import Callable, Iterable
+The public ``ferrolock.Lock`` and ``ferrolock.Redlock`` subclass the native
+``Lock`` and ``Redlock`` here (``ferrolock/_lock.py`` adds the decorator and
+``async with``); ``Queue``, ``Task`` and the exceptions are used as they are.
+"""
+
+import builtins
+from collections.abc import Iterable
 from types import TracebackType
-from typing import Any, TypeVar, final, overload
+from typing import Final, final, overload
 
 from typing_extensions import Self, disjoint_base
 
-__all__ = ["Lock", "Queue", "Redlock", "Task", "_Cancel", "_LockBase", "__version__"]
+__all__ = [
+    "DEFAULT_LOCK_PREFIX",
+    "DEFAULT_QUEUE_PREFIX",
+    "DEFAULT_TTL",
+    "DEFAULT_VISIBILITY",
+    "ConnectionError",
+    "FerrolockError",
+    "Lock",
+    "LockError",
+    "LockLostError",
+    "LockNotOwnedError",
+    "LockTimeout",
+    "Queue",
+    "Redlock",
+    "Task",
+    "_Cancel",
+    "_LockBase",
+    "__version__",
+]
 
 __version__: str
 
-_F = TypeVar("_F", bound=Callable[..., Any])
+DEFAULT_TTL: Final = 30.0
+"""The core's default lock TTL, in seconds (``ferrolock::DEFAULT_TTL``)."""
+DEFAULT_LOCK_PREFIX: Final = "Lock:"
+"""The core's default lock key prefix (``ferrolock::DEFAULT_LOCK_PREFIX``)."""
+DEFAULT_QUEUE_PREFIX: Final = "Queue:"
+"""The core's default queue key prefix (``ferrolock::DEFAULT_QUEUE_PREFIX``)."""
+DEFAULT_VISIBILITY: Final = 30.0
+"""The core's default visibility timeout of reserved tasks, in seconds
+(``ferrolock::DEFAULT_VISIBILITY``)."""
+
+class FerrolockError(Exception):
+    """Base class of every ferrolock error."""
+
+class LockError(FerrolockError):
+    """A lock operation failed."""
+
+class LockTimeout(LockError, TimeoutError):
+    """The lock (or a legacy queue lock) was not acquired within the timeout."""
+
+class LockNotOwnedError(LockError):
+    """Release or extend of a lock this object does not hold (never acquired,
+    expired, or taken over by another owner)."""
+
+class LockLostError(LockError):
+    """The lock was lost while held: it expired or was taken over inside a
+    ``with`` block, or the watchdog could not renew it."""
+
+class ConnectionError(FerrolockError, builtins.ConnectionError):
+    """Redis could not be reached, did not answer in time, or refused the
+    credentials."""
 
 @final
 class _Cancel:
@@ -85,74 +138,41 @@ class _LockBase:
     ) -> bool:
         """Release; raise :class:`LockLostError` if the lock was lost inside the
         block (unless another exception is already propagating)."""
-    def __aenter__(self) -> Any:
-        """``async with``: the wait runs on a worker thread, never on the loop."""
-    def __aexit__(
-        self,
-        exc_type: type[BaseException] | None = None,
-        exc: BaseException | None = None,
-        tb: TracebackType | None = None,
-    ) -> Any:
-        """Same as ``__exit__``."""
-    def __call__(self, func: _F) -> _F:
-        """Decorator form: every call of ``func`` runs while holding the lock
-        (coroutine functions use ``async with``)."""
     def _try_acquire_nowait(self) -> bool: ...
     def _enter_cancellable(self, cancel: _Cancel) -> None: ...
 
-@final
 class Lock(_LockBase):
-    """A distributed lock on one Redis deployment.
-
-    The key is ``prefix + name`` (default ``Lock:<name>``, shared with legacy PHP
-    ``RedisLock``). The owner is this object, not a thread.
-    """
+    """A distributed lock on one Redis deployment: the native half of
+    ``ferrolock.Lock`` (see there)."""
 
     def __new__(
         cls,
         name: str,
         *,
-        ttl: float = 30.0,
+        ttl: float = 30.0,  # DEFAULT_TTL
         timeout: float | None = None,
         auto_renew: bool = True,
         reentrant: bool = False,
         fair: bool = False,
         url: str | None = None,
-        prefix: str = "Lock:",
+        prefix: str = "Lock:",  # DEFAULT_LOCK_PREFIX
         min_replicas: int = 0,
-    ) -> Lock:
-        """Create a lock (nothing is sent to Redis yet).
+    ) -> Self:
+        """Create a lock (nothing is sent to Redis yet)."""
 
-        ttl: seconds the key lives without renewal. timeout: default wait.
-        auto_renew: a background watchdog renews the TTL every ttl/3 while held.
-        reentrant: nested acquires by this object count; Redis is touched on
-        the first acquire and the last release. fair: waiters are served in
-        arrival order. url: Redis URL (default ``$REDIS_URL`` or
-        ``redis://127.0.0.1:6379/0``). min_replicas: after each acquire, wait
-        (``WAIT``, up to 4/5 of the URL's command timeout) until that many
-        replicas have it, else release and raise :class:`LockError`.
-        """
-
-@final
 class Redlock(_LockBase):
-    """A lock over several independent Redis masters (the Redlock algorithm):
-    acquired when a majority (N//2+1) granted it and the validity left,
-    ``ttl - elapsed - drift``, is positive. Each master has a tenth of the
-    ttl (at least 50 ms) to answer each request, so a hung master does not
-    hold the others up. ``urls`` must name distinct servers. A waiter is woken
-    by the release on its masters (re-checking every 250 ms). Never
-    auto-renewed: ``extend()`` before the ttl runs out. Raises
-    :class:`ConnectionError` when fewer than a majority of masters answer."""
+    """A lock over several independent Redis masters: the native half of
+    ``ferrolock.Redlock`` (see there)."""
 
     def __new__(
         cls,
         name: str,
         urls: Iterable[str],
         *,
-        ttl: float = 30.0,
+        ttl: float = 30.0,  # DEFAULT_TTL
         timeout: float | None = None,
-        prefix: str = "Lock:",
-    ) -> Redlock: ...
+        prefix: str = "Lock:",  # DEFAULT_LOCK_PREFIX
+    ) -> Self: ...
 
 @final
 class Task:
@@ -196,8 +216,8 @@ class Queue:
         name: str,
         *,
         url: str | None = None,
-        prefix: str = "Queue:",
-        visibility: float = 30.0,
+        prefix: str = "Queue:",  # DEFAULT_QUEUE_PREFIX
+        visibility: float = 30.0,  # DEFAULT_VISIBILITY
     ) -> Queue: ...
     def enqueue(self, ids: str | Iterable[str], *, delay: float = 0.0) -> int:
         """Add one id or many in one round trip, due ``delay`` seconds from now.

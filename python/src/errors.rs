@@ -1,14 +1,17 @@
 //! The one place where core errors become Python exceptions.
 //!
-//! The exception classes live in `ferrolock/_errors.py` (they need several
-//! bases, e.g. `LockTimeout(LockError, TimeoutError)`); they are imported once
-//! and cached.
+//! The exception classes are defined here, in the native module, so that
+//! raising one never imports a Python module of the package (calls go one
+//! way: the package imports `_native`, never the reverse). Some need two
+//! bases (`LockTimeout(LockError, TimeoutError)`), which PyO3's
+//! `create_exception!` cannot express, so each is made by calling `type()`,
+//! exactly as a `class` statement would.
 
 use ferrolock::{Error, ErrorKind};
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::{PyConnectionError, PyException, PyTimeoutError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::PyType;
+use pyo3::types::{PyDict, PyTuple, PyType};
 
 /// The ferrolock exception classes.
 #[derive(Clone, Copy)]
@@ -19,6 +22,83 @@ pub enum Exc {
     NotOwned,
     Lost,
     Connection,
+}
+
+/// Every class, in [`Exc`] order.
+const ALL: [Exc; 6] = [
+    Exc::Ferrolock,
+    Exc::Lock,
+    Exc::Timeout,
+    Exc::NotOwned,
+    Exc::Lost,
+    Exc::Connection,
+];
+
+/// `class <name>(*bases): "<doc>"` in module `ferrolock`.
+fn new_class<'py>(
+    py: Python<'py>,
+    name: &str,
+    bases: &[&Bound<'py, PyType>],
+    doc: &str,
+) -> PyResult<Bound<'py, PyType>> {
+    let namespace = PyDict::new(py);
+    namespace.set_item("__doc__", doc)?;
+    // The public name: `ferrolock.LockTimeout` in tracebacks and pickles.
+    namespace.set_item("__module__", "ferrolock")?;
+    py.get_type::<PyType>()
+        .call1((name, PyTuple::new(py, bases)?, namespace))?
+        .cast_into::<PyType>()
+        .map_err(PyErr::from)
+}
+
+/// The classes, made once per process.
+fn classes(py: Python<'_>) -> PyResult<&[Py<PyType>; 6]> {
+    static CLASSES: PyOnceLock<[Py<PyType>; 6]> = PyOnceLock::new();
+    CLASSES.get_or_try_init(py, || {
+        let base = new_class(
+            py,
+            "FerrolockError",
+            &[&py.get_type::<PyException>()],
+            "Base class of every ferrolock error.",
+        )?;
+        let lock = new_class(py, "LockError", &[&base], "A lock operation failed.")?;
+        let timeout = new_class(
+            py,
+            "LockTimeout",
+            &[&lock, &py.get_type::<PyTimeoutError>()],
+            "The lock (or a legacy queue lock) was not acquired within the timeout.",
+        )?;
+        let not_owned = new_class(
+            py,
+            "LockNotOwnedError",
+            &[&lock],
+            "Release or extend of a lock this object does not hold (never acquired,\n\
+             expired, or taken over by another owner).",
+        )?;
+        let lost = new_class(
+            py,
+            "LockLostError",
+            &[&lock],
+            "The lock was lost while held: it expired or was taken over inside a\n\
+             ``with`` block, or the watchdog could not renew it.",
+        )?;
+        let connection = new_class(
+            py,
+            "ConnectionError",
+            &[&base, &py.get_type::<PyConnectionError>()],
+            "Redis could not be reached, did not answer in time, or refused the\n\
+             credentials.",
+        )?;
+        Ok([base, lock, timeout, not_owned, lost, connection].map(Bound::unbind))
+    })
+}
+
+/// Adds the exception classes to the module.
+pub fn add_to(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    for exc in ALL {
+        m.add(exc.class_name(), exc.class(m.py())?)?;
+    }
+    Ok(())
 }
 
 impl Exc {
@@ -35,16 +115,7 @@ impl Exc {
 
     /// The Python class.
     pub fn class(self, py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
-        static CLASSES: [PyOnceLock<Py<PyType>>; 6] = [const { PyOnceLock::new() }; 6];
-        CLASSES[self as usize]
-            .get_or_try_init(py, || {
-                py.import("ferrolock._errors")?
-                    .getattr(self.class_name())?
-                    .cast_into::<PyType>()
-                    .map(Bound::unbind)
-                    .map_err(PyErr::from)
-            })
-            .map(|t| t.bind(py).clone())
+        Ok(classes(py)?[self as usize].bind(py).clone())
     }
 
     /// A new exception of this class with `message`.

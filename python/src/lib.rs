@@ -3,6 +3,10 @@
 //! Thin by design: arguments are converted to owned Rust values, the core call
 //! runs with the GIL released, and errors are mapped in `errors.rs`. Every
 //! semantic lives in the `ferrolock` crate.
+//!
+//! Calls go one way: the `ferrolock` package imports this module and
+//! subclasses its lock classes (`ferrolock/_lock.py` adds the decorator and
+//! `async with`); nothing here imports a module of the package.
 
 mod convert;
 mod errors;
@@ -14,6 +18,15 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    // The core's defaults, for the package and its users.
+    m.add("DEFAULT_TTL", ferrolock::DEFAULT_TTL.as_secs_f64())?;
+    m.add("DEFAULT_LOCK_PREFIX", ferrolock::DEFAULT_LOCK_PREFIX)?;
+    m.add("DEFAULT_QUEUE_PREFIX", ferrolock::DEFAULT_QUEUE_PREFIX)?;
+    m.add(
+        "DEFAULT_VISIBILITY",
+        ferrolock::DEFAULT_VISIBILITY.as_secs_f64(),
+    )?;
+    errors::add_to(m)?;
     m.add_class::<lock::PyCancel>()?;
     m.add_class::<lock::PyLockBase>()?;
     m.add_class::<lock::PyLock>()?;

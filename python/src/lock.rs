@@ -1,9 +1,16 @@
 //! `Lock` and `Redlock`: one base class over `ferrolock::DistributedLock`.
+//!
+//! These are the native halves of `ferrolock.Lock` and `ferrolock.Redlock`:
+//! the package subclasses them in `ferrolock/_lock.py` to add the decorator
+//! and `async with` forms, written in Python on top of the methods here.
+//! Nothing here calls back into the package.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use ferrolock::{DistributedLock, LockOptions, Redlock, Wait, validate};
+use ferrolock::{
+    DEFAULT_LOCK_PREFIX, DEFAULT_TTL, DistributedLock, LockOptions, Redlock, Wait, validate,
+};
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
@@ -179,42 +186,7 @@ impl PyLockBase {
         }
     }
 
-    fn __aenter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        slf.py()
-            .import("ferrolock._helpers")?
-            .call_method1("aenter", (slf,))
-    }
-
-    #[pyo3(signature = (exc_type = None, exc = None, tb = None))]
-    fn __aexit__<'py>(
-        slf: &Bound<'py, Self>,
-        exc_type: Option<Bound<'py, PyAny>>,
-        exc: Option<Bound<'py, PyAny>>,
-        tb: Option<Bound<'py, PyAny>>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        slf.py()
-            .import("ferrolock._helpers")?
-            .call_method1("aexit", (slf, exc_type, exc, tb))
-    }
-
-    /// Decorator form: `@Lock("x")`.
-    fn __call__<'py>(
-        slf: &Bound<'py, Self>,
-        func: Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        if !func.is_callable() {
-            return Err(crate::errors::type_error(
-                "the decorated object",
-                "callable",
-                &func,
-            ));
-        }
-        slf.py()
-            .import("ferrolock._helpers")?
-            .call_method1("decorate", (slf, func))
-    }
-
-    /// One attempt (used by `async with` before handing the wait to a thread).
+    /// One attempt (`async with` tries this before handing the wait to a thread).
     fn _try_acquire_nowait(&self, py: Python<'_>) -> PyResult<bool> {
         let inner = self.inner.clone();
         quick(py, move || inner.acquire(Wait::Try, None))
@@ -240,20 +212,22 @@ impl PyLockBase {
     }
 }
 
-// pyo3 writes only literal defaults into `__text_signature__` (what help()
-// and the stub test read), so the signatures below spell out the core's
-// default ttl; this fails the build if the core's changes.
-const _: () = assert!(ferrolock::DEFAULT_TTL.as_secs_f64() == 30.0);
-
-/// A distributed lock on one Redis deployment.
-#[pyclass(name = "Lock", module = "ferrolock", extends = PyLockBase, frozen)]
+/// A distributed lock on one Redis deployment (native half of `ferrolock.Lock`).
+#[pyclass(name = "Lock", module = "ferrolock._native", extends = PyLockBase, subclass, frozen)]
 pub struct PyLock;
 
 #[pymethods]
 impl PyLock {
     #[new]
-    #[pyo3(signature = (name, *, ttl = 30.0, timeout = None, auto_renew = true, reentrant = false,
-                        fair = false, url = None, prefix = "Lock:", min_replicas = 0))]
+    // Defaults are the core's; `text_signature` spells them for `help()` and
+    // stubtest (tests/python/test_binding.py checks them against the core's).
+    #[pyo3(
+        signature = (name, *, ttl = DEFAULT_TTL.as_secs_f64(), timeout = None, auto_renew = true,
+                     reentrant = false, fair = false, url = None, prefix = DEFAULT_LOCK_PREFIX,
+                     min_replicas = 0),
+        text_signature = "(name, *, ttl=30.0, timeout=None, auto_renew=True, reentrant=False, \
+                          fair=False, url=None, prefix='Lock:', min_replicas=0)"
+    )]
     #[allow(clippy::too_many_arguments)]
     fn new(
         name: &Bound<'_, PyAny>,
@@ -287,14 +261,18 @@ impl PyLock {
     }
 }
 
-/// A lock over several independent Redis masters (Redlock).
-#[pyclass(name = "Redlock", module = "ferrolock", extends = PyLockBase, frozen)]
+/// A lock over several independent Redis masters (native half of `ferrolock.Redlock`).
+#[pyclass(name = "Redlock", module = "ferrolock._native", extends = PyLockBase, subclass, frozen)]
 pub struct PyRedlock;
 
 #[pymethods]
 impl PyRedlock {
     #[new]
-    #[pyo3(signature = (name, urls, *, ttl = 30.0, timeout = None, prefix = "Lock:"))]
+    #[pyo3(
+        signature = (name, urls, *, ttl = DEFAULT_TTL.as_secs_f64(), timeout = None,
+                     prefix = DEFAULT_LOCK_PREFIX),
+        text_signature = "(name, urls, *, ttl=30.0, timeout=None, prefix='Lock:')"
+    )]
     fn new(
         name: &Bound<'_, PyAny>,
         urls: &Bound<'_, PyAny>,

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferrolock::{QueueOptions, Wait, validate};
+use ferrolock::{DEFAULT_QUEUE_PREFIX, DEFAULT_VISIBILITY, QueueOptions, Wait, validate};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString};
 
@@ -164,7 +164,12 @@ fn count_arg(count: Option<i64>) -> PyResult<usize> {
 #[pymethods]
 impl PyQueue {
     #[new]
-    #[pyo3(signature = (name, *, url = None, prefix = "Queue:", visibility = 30.0))]
+    // Defaults are the core's (see `PyLock::new`).
+    #[pyo3(
+        signature = (name, *, url = None, prefix = DEFAULT_QUEUE_PREFIX,
+                     visibility = DEFAULT_VISIBILITY.as_secs_f64()),
+        text_signature = "(name, *, url=None, prefix='Queue:', visibility=30.0)"
+    )]
     fn new(
         name: &Bound<'_, PyAny>,
         url: Option<&str>,

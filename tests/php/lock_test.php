@@ -138,6 +138,12 @@ $dead = new RedisLock('redis://127.0.0.1:1/0?connect_timeout=0.5');
 $e = expect_throw(fn() => $dead->lock('x'), RedisLockException::class);
 assert($e instanceof RuntimeException);
 assert(str_contains($e->getMessage(), 'connection'), $e->getMessage());
+// A plain exception class: it knows where it was thrown, serializes, and user
+// code can throw its own.
+assert($e->getFile() === __FILE__ && $e->getLine() > 0 && $e->getTrace() !== []);
+assert(unserialize(serialize($e))->getMessage() === $e->getMessage());
+$mine = new RedisLockException('mine', 7);
+assert($mine->getMessage() === 'mine' && $mine->getCode() === 7);
 ok('RedisLockException');
 
 // Extras: auto-renewal (opt-in, legacy locks had fixed lifetimes) and fair mode.

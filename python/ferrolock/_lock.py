@@ -1,0 +1,158 @@
+"""The public lock classes: the native ones plus the decorator and ``async with``.
+
+``Lock`` and ``Redlock`` subclass ``ferrolock._native.Lock``/``Redlock``, so
+``acquire``, ``release``, ``with`` and the rest are the native methods
+themselves, with no Python frame in between. This module adds only what is
+Python by nature: the decorator form and the asyncio form, which schedules
+the blocking wait of ``async with`` on a worker thread so the event loop never
+blocks, and cleans up when the waiting task is cancelled. Calls go one way:
+from here into ``_native``, never back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Callable, TypeVar, final
+
+from ferrolock import _native
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+__all__ = ["Lock", "Redlock"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_executor: ThreadPoolExecutor | None = None
+_executor_lock = threading.Lock()
+
+
+def _wait_executor() -> ThreadPoolExecutor:
+    """Threads that wait for locks on behalf of coroutines (one per waiting task)."""
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            _executor = ThreadPoolExecutor(max_workers=256, thread_name_prefix="ferrolock-wait")
+        return _executor
+
+
+def _forget_executor_in_child() -> None:
+    # A forked child inherits no threads: start a fresh pool on first use.
+    global _executor, _executor_lock
+    _executor = None
+    _executor_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_executor_in_child)
+
+
+def _release_quietly(lock: _native._LockBase, future: asyncio.Future[None]) -> None:
+    if future.cancelled() or future.exception() is not None:
+        return  # the wait stopped without the lock
+    try:
+        lock.release()
+    except Exception:
+        pass
+
+
+class _Forms(_native._LockBase):
+    """The decorator and ``async with`` forms, shared by :class:`Lock` and :class:`Redlock`."""
+
+    __slots__ = ()
+
+    def __call__(self, func: F) -> F:
+        """Decorator form: every call of ``func`` runs while holding the lock
+        (coroutine functions use ``async with``)."""
+        if not callable(func):
+            raise TypeError(f"the decorated object must be callable, not {type(func).__name__}")
+        if inspect.iscoroutinefunction(func):
+
+            @functools.wraps(func)
+            async def async_locked(*args: Any, **kwargs: Any) -> Any:
+                async with self:
+                    return await func(*args, **kwargs)
+
+            return async_locked  # type: ignore[return-value]
+
+        @functools.wraps(func)
+        def locked(*args: Any, **kwargs: Any) -> Any:
+            with self:
+                return func(*args, **kwargs)
+
+        return locked  # type: ignore[return-value]
+
+    async def __aenter__(self) -> Self:
+        """``async with``: acquire (waiting up to ``timeout``) or raise
+        :class:`LockTimeout`; the wait runs on a worker thread, never on the loop."""
+        if self._try_acquire_nowait():  # one round trip, the common uncontended case
+            return self
+        cancel = _native._Cancel()
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(_wait_executor(), self._enter_cancellable, cancel)
+        try:
+            await asyncio.shield(future)
+        except asyncio.CancelledError:
+            # Stop the waiting thread; if it got the lock anyway, give it back.
+            cancel.set()
+            future.add_done_callback(functools.partial(_release_quietly, self))
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None = None,
+        exc: BaseException | None = None,
+        tb: TracebackType | None = None,
+    ) -> bool:
+        """Same as ``__exit__`` (one round trip)."""
+        return self.__exit__(exc_type, exc, tb)
+
+
+@final
+class Lock(_native.Lock, _Forms):
+    """A distributed lock on one Redis deployment.
+
+    The key is ``prefix + name`` (default ``Lock:<name>``, shared with legacy PHP
+    ``RedisLock``). The owner is this object, not a thread. Use it with
+    ``acquire()``/``release()``, ``with``, ``async with`` or as a decorator.
+
+    Creating one sends nothing to Redis. ttl: seconds the key lives without
+    renewal (default: the core's ``DEFAULT_TTL``, 30). timeout: default wait of
+    ``acquire()`` and ``with`` (``None``: forever). auto_renew: a background
+    watchdog renews the TTL every ttl/3 while held. reentrant: nested acquires
+    by this object count; Redis is touched on the first acquire and the last
+    release. fair: waiters are served in arrival order. url: Redis URL
+    (default ``$REDIS_URL`` or ``redis://127.0.0.1:6379/0``). prefix: key
+    prefix (default ``Lock:``). min_replicas: after each acquire, wait
+    (``WAIT``, up to 4/5 of the URL's command timeout) until that many replicas
+    have it, else release and raise :class:`LockError`.
+    """
+
+    __slots__ = ()
+    __module__ = "ferrolock"
+
+
+@final
+class Redlock(_native.Redlock, _Forms):
+    """A lock over several independent Redis masters (the Redlock algorithm):
+    acquired when a majority (N//2+1) granted it and the validity left,
+    ``ttl - elapsed - drift``, is positive. Same methods and forms as
+    :class:`Lock`.
+
+    Each master has a tenth of the ttl (at least 50 ms) to answer each
+    request, so a hung master does not hold the others up. ``urls`` must name
+    distinct servers. A waiter is woken by the release on its masters
+    (re-checking every 250 ms). Never auto-renewed: ``extend()`` before the ttl
+    runs out. Raises :class:`ConnectionError` when fewer than a majority of
+    masters answer.
+    """
+
+    __slots__ = ()
+    __module__ = "ferrolock"
