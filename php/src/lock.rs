@@ -142,7 +142,12 @@ impl RedisLock {
             if settle(validate::name(&name, "lock name"))?.is_none() {
                 return Ok(false);
             }
-            let Some(ttl) = settle(validate::seconds(expire.max(MIN_EXPIRE) as f64, "expire", true))? else {
+            let Some(ttl) = settle(validate::seconds(
+                expire.max(MIN_EXPIRE) as f64,
+                "expire",
+                true,
+            ))?
+            else {
                 return Ok(false);
             };
             let wait = if timeout.is_nan() || timeout <= 0.0 {

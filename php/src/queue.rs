@@ -243,7 +243,8 @@ impl RedisQueue {
             let Some(queue) = self.open(&name)? else {
                 return Ok(Fallback::False.zval());
             };
-            let Some(visibility) = settle(validate::seconds(visibility, "visibility", true))? else {
+            let Some(visibility) = settle(validate::seconds(visibility, "visibility", true))?
+            else {
                 return Ok(Fallback::False.zval());
             };
             let Some(wait) = settle(Wait::from_secs(Some(cap_wait(wait)), "wait"))? else {
