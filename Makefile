@@ -62,6 +62,48 @@ python: ## Build and install the Python package (pip install .)
 .PHONY: build
 build: core php python ## Build everything
 
+# `make dist` (after `make setup`, which installs maturin and ziglang): the sdist, then
+# from the sdist (as `python -m build` does, so a file missing from it fails here) one
+# abi3 wheel per target in DIST_TARGETS whose Rust std is installed, linked by zig
+# against glibc 2.17. Cargo builds in ./target: the dependencies compiled once are reused.
+DIST ?= dist
+DIST_TARGETS ?= x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu
+MANYLINUX ?= manylinux_2_17
+# maturin beside $(PYTHON) (a virtualenv's), else on PATH.
+MATURIN ?= $(firstword $(abspath $(wildcard $(dir $(PYTHON))maturin)) maturin)
+ZIG = $(shell $(PYTHON) -c 'import os, ziglang; print(os.path.join(os.path.dirname(ziglang.__file__), "zig"))' 2>/dev/null)
+DIST_SRC := target/dist-src
+
+.PHONY: dist
+dist: ## sdist + abi3 manylinux_2_17 wheels (x86_64; aarch64 if its Rust std is installed) -> dist/
+	@test -n "$(ZIG)" || { echo "make dist: $(PYTHON) has no ziglang (make setup installs it)" >&2; exit 1; }
+	rm -rf $(DIST)/ferrolock-*
+	mkdir -p $(DIST)
+	$(MATURIN) sdist --out $(DIST)
+	@# The sdist stores fixed mtimes, which would hide changed files from cargo: unpack
+	@# with --touch, but only when its content changed (it is reproducible), so that an
+	@# unchanged tree is not rebuilt.
+	@if cmp -s <(gzip -dc $(DIST)/ferrolock-*.tar.gz) <(gzip -dc $(DIST_SRC)/sdist.tar.gz 2>/dev/null); then \
+	  echo "make dist: sdist unchanged since the last build in $(DIST_SRC)"; \
+	else \
+	  echo "make dist: unpacking the sdist in $(DIST_SRC)"; \
+	  rm -rf $(DIST_SRC) && mkdir -p $(DIST_SRC) && tar -xzf $(DIST)/ferrolock-*.tar.gz -C $(DIST_SRC) --touch && \
+	  cp $(DIST)/ferrolock-*.tar.gz $(DIST_SRC)/sdist.tar.gz; \
+	fi
+	@sysroot=$$(rustc --print sysroot); built=0; \
+	for t in $(DIST_TARGETS); do \
+	  if [ ! -d "$$sysroot/lib/rustlib/$$t/lib" ]; then \
+	    echo "make dist: skipping $$t: its Rust std is not installed (rustup target add $$t)"; continue; \
+	  fi; \
+	  echo "make dist: wheel for $$t"; \
+	  ( cd $(DIST_SRC)/ferrolock-* && CARGO_ZIGBUILD_ZIG_PATH="$(ZIG)" CARGO_TARGET_DIR="$(CURDIR)/target" \
+	    $(MATURIN) build --release --zig --compatibility $(MANYLINUX) --target $$t \
+	      --out "$(abspath $(DIST))" ) || exit 1; \
+	  built=$$((built + 1)); \
+	done; \
+	[ $$built -gt 0 ] || { echo "make dist: no wheel built" >&2; exit 1; }
+	@ls -l $(DIST)/ferrolock-*
+
 .PHONY: test
 test: setup lint php python ## Lint, then run every test (Rust, Python, PHP, cross-language) against real redis-servers
 	cargo test -p ferrolock
