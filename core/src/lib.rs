@@ -28,6 +28,7 @@
 //! renewal finds it gone or none succeeded within its TTL.
 #![warn(missing_docs)]
 
+mod budget;
 mod client;
 mod config;
 mod error;
@@ -36,6 +37,7 @@ pub mod keys;
 mod lock;
 mod queue;
 mod scripts;
+mod settle;
 mod signals;
 mod sync;
 pub mod validate;
@@ -56,4 +58,5 @@ pub use lock::redlock::Redlock;
 pub use lock::single::Lock;
 pub use lock::{DEFAULT_TTL, DistributedLock, LockOptions};
 pub use queue::{DEFAULT_LEGACY_LOCK_TIMEOUT, DEFAULT_VISIBILITY, Queue, QueueOptions, Task};
+pub use settle::{pending_settlements, wait_settled};
 pub use wait::Wait;

@@ -121,6 +121,43 @@ impl RedisServer {
         self.spawn();
     }
 
+    /// Stops the server process (`SIGSTOP`): it keeps its sockets, reads and
+    /// answers nothing until [`RedisServer::resume`] — a server pause as a
+    /// long fork, a swapped-out VM or a debugger makes one.
+    /// Returns once the process is stopped (a signal takes effect
+    /// asynchronously; a command sent before that could still run).
+    pub fn pause(&self) {
+        self.signal(libc::SIGSTOP);
+        let pid = self.child.as_ref().map_or(0, Child::id);
+        let until = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < until {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // The state is the field after the parenthesised command name.
+            let state = stat
+                .rsplit(')')
+                .next()
+                .and_then(|rest| rest.split_whitespace().next());
+            if matches!(state, Some("T" | "t")) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        panic!("redis-server {pid} did not stop");
+    }
+
+    /// Lets a paused server go on (`SIGCONT`).
+    pub fn resume(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    fn signal(&self, sig: libc::c_int) {
+        let child = self.child.as_ref().expect("the server is running");
+        let pid = libc::pid_t::try_from(child.id()).expect("a pid fits pid_t");
+        // SAFETY: kill(2) on the pid of our own child process.
+        let rc = unsafe { libc::kill(pid, sig) };
+        assert_eq!(rc, 0, "kill({pid}, {sig}) failed");
+    }
+
     /// A plain connection for assertions.
     pub fn conn(&self) -> redis::Connection {
         redis::Client::open(self.url())
