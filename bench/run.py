@@ -1156,7 +1156,11 @@ def chart(res: dict, path: Path) -> None:
               if "summary" in sec.get(p.split("-")[0], {})]
     if not panels:
         return
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.6), squeeze=False)
+    cols = min(2, len(panels))
+    rows = (len(panels) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(6.4 * cols, 3.9 * rows), squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
 
     def bars(ax: Any, data: dict[str, float], title: str, target: float | None, label: str | None = None) -> None:
         names = list(data)
@@ -1169,7 +1173,7 @@ def chart(res: dict, path: Path) -> None:
         ax.set_title(title, fontsize=10)
         ax.tick_params(axis="y", labelsize=8)
 
-    for ax, p in zip(axes[0], panels):
+    for ax, p in zip(axes.flat, panels):
         if p == "uncontended":
             s = sec["uncontended"]["summary"]
             bars(ax, {n: x["share"] for n, x in s["locks"].items()},
@@ -1195,7 +1199,8 @@ def chart(res: dict, path: Path) -> None:
             ax.set_yticks(list(y), names, fontsize=8)
             ax.invert_yaxis()
             ax.legend(loc="lower right", fontsize=8)
-            ax.set_title("queue drain, no-op jobs (jobs/s)", fontsize=10)
+            ax.set_xscale("log")
+            ax.set_title("queue drain, no-op jobs (jobs/s, log scale)", fontsize=10)
     meta = res["meta"]
     fig.suptitle(f"ferrolock on {meta['server']['kind']} {meta['server']['version']}, {meta['machine']['cores']} "
                  f"cores, commit {meta['commit']}, {meta['date']} (red: ferrolock)", fontsize=10)
