@@ -936,7 +936,17 @@ def describe(meta: dict) -> str:
             f"{s['kind']}-server {s['version']} on loopback, Python {meta['software']['python']}, "
             f"PHP {meta['software']['php']}; medians of {meta['args']['runs']} interleaved runs; load average "
             f"{meta['load_start'][0]:.1f} at the start" + (f", {meta['load_end'][0]:.1f} at the end"
-                                                            if "load_end" in meta else ""))
+                                                            if "load_end" in meta else "") + busy(meta))
+
+
+def busy(meta: dict) -> str:
+    """A warning when other work loaded the machine (load average above its
+    cores at the start or the end): such a run's numbers are disturbed."""
+    load = max(meta["load_start"][0], meta.get("load_end", [0])[0])
+    if load <= meta["machine"]["cores"]:
+        return ""
+    return (f". **The machine was busy with other work during this run (load average {load:.1f} on "
+            f"{meta['machine']['cores']} cores): its numbers are disturbed; rerun on a quiet machine to compare**")
 
 
 # ------------------------------------------------------------ report
@@ -1239,7 +1249,11 @@ def main() -> int:
     ap.add_argument("--scale-waiters", type=int, default=2000)
     ap.add_argument("--scale-timeout", type=float, default=120.0, help="acquire timeout of each scale waiter (s)")
     ap.add_argument("--out", type=Path, default=RESULTS, help="where results.* and runs/ go")
+    ap.add_argument("--render", type=Path, metavar="RAW_JSON",
+                    help="measure nothing: write results.* again from a kept full run (runs/*.json)")
     args = ap.parse_args()
+    if args.render:
+        return render(args.render, args.out)
     sections = [s for s in args.only.split(",") if s] or SECTIONS
     if unknown := set(sections) - set(SECTIONS):
         ap.error(f"unknown sections {sorted(unknown)}; known: {','.join(SECTIONS)}")
@@ -1266,29 +1280,48 @@ def main() -> int:
     res["meta"]["seconds"] = round(time.monotonic() - t_start, 1)
     res["meta"]["load_end"] = [round(x, 2) for x in os.getloadavg()]
 
-    suffix = "" if args.server == "redis" else f"-{args.server}"
     runs_dir = args.out / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y-%m-%d-%H%M%S")
     raw_path = runs_dir / (f"{stamp}-{args.server}.json" if full else f"partial-{stamp}-{args.server}.json")
     raw_path.write_text(json.dumps(res, indent=1) + "\n")
-    table, more = headline(res), details(res)
     if full:
-        summary = {"meta": res["meta"], "sections": {k: v.get("summary", v) for k, v in res["sections"].items()}}
-        (args.out / f"results{suffix}.json").write_text(json.dumps(summary, indent=1) + "\n")
-        (args.out / f"results{suffix}.md").write_text(table)
-        (args.out / f"details{suffix}.md").write_text(more)
-        chart(res, args.out / f"results{suffix}.png")
-        if args.out == RESULTS:
-            if args.server == "redis":
-                replace_block(ROOT / "README.md", "bench:results", table)
-            replace_block(ROOT / "docs" / "benchmarks.md", f"bench:details:{args.server}", more)
-        log(f"\nwrote {args.out}/results{suffix}.{{md,json,png}}, details{suffix}.md, {raw_path}")
+        write_results(res, args.out)
+        log(f"wrote {raw_path}")
     else:
         log(f"\nwrote {raw_path} (a partial run: results.* untouched)")
     log(f"took {res['meta']['seconds']:.0f} s\n")
-    log(table)
-    log(more)
+    log(headline(res))
+    log(details(res))
+    return 0
+
+
+def write_results(res: dict, out: Path) -> None:
+    """results{,-valkey}.{md,json,png} and details{,-valkey}.md from a full
+    run, and (into bench/results only) the marked blocks of README.md (Redis)
+    and docs/benchmarks.md."""
+    server = res["meta"]["server"]["kind"]
+    suffix = "" if server == "redis" else f"-{server}"
+    table, more = headline(res), details(res)
+    summary = {"meta": res["meta"], "sections": {k: v.get("summary", v) for k, v in res["sections"].items()}}
+    (out / f"results{suffix}.json").write_text(json.dumps(summary, indent=1) + "\n")
+    (out / f"results{suffix}.md").write_text(table)
+    (out / f"details{suffix}.md").write_text(more)
+    chart(res, out / f"results{suffix}.png")
+    if out.resolve() == RESULTS:
+        if server == "redis":
+            replace_block(ROOT / "README.md", "bench:results", table)
+        replace_block(ROOT / "docs" / "benchmarks.md", f"bench:details:{server}", more)
+    log(f"\nwrote {out}/results{suffix}.{{md,json,png}}, details{suffix}.md")
+
+
+def render(raw: Path, out: Path) -> int:
+    """`--render RAW`: writes the results of a kept full run again (after a change
+    of the tables or the chart); the numbers are that run's."""
+    res = json.loads(raw.read_text())
+    if res["meta"]["sections"] != SECTIONS:
+        sys.exit(f"{raw} is a partial run")
+    write_results(res, out)
     return 0
 
 
