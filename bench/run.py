@@ -940,13 +940,32 @@ def describe(meta: dict) -> str:
 
 
 def busy(meta: dict) -> str:
-    """A warning when other work loaded the machine (load average above its
-    cores at the start or the end): such a run's numbers are disturbed."""
-    load = max(meta["load_start"][0], meta.get("load_end", [0])[0])
-    if load <= meta["machine"]["cores"]:
+    """A warning when other work loaded the machine: the CPU time used by
+    processes not of this run (and stolen by the hypervisor) above a quarter
+    of the machine's, or, for runs recorded before that was measured, a load
+    average above the cores at the start (the end's includes this run)."""
+    cores = meta["machine"]["cores"]
+    if "other_cpu_share" in meta:
+        share = meta["other_cpu_share"]
+        if share <= 0.25:
+            return f"; other work on the machine used {100 * share:.0f} % of its CPU time during the run"
+        why = f"other work used {100 * share:.0f} % of its CPU time"
+    elif meta["load_start"][0] > cores:
+        why = f"load average {meta['load_start'][0]:.1f} on {cores} cores before it started"
+    else:
         return ""
-    return (f". **The machine was busy with other work during this run (load average {load:.1f} on "
-            f"{meta['machine']['cores']} cores): its numbers are disturbed; rerun on a quiet machine to compare**")
+    return (f". **The machine was busy with other work during this run ({why}): its numbers are disturbed; "
+            "rerun on a quiet machine to compare**")
+
+
+def cpu_clock() -> tuple[float, float]:
+    """(busy CPU seconds of the whole machine, steal included; CPU seconds of
+    this process and its reaped children)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    # user nice system idle iowait irq softirq steal guest guest_nice
+    busy_ticks = sum(fields[:3]) + sum(fields[5:8])
+    t = os.times()
+    return busy_ticks / os.sysconf("SC_CLK_TCK"), t.user + t.system + t.children_user + t.children_system
 
 
 # ------------------------------------------------------------ report
@@ -1261,6 +1280,7 @@ def main() -> int:
     if not PHP_EXT.exists():
         sys.exit(f"{PHP_EXT} missing: run `make php python` (or `make bench`)")
     t_start = time.monotonic()
+    clock_start = cpu_clock()
     server = Server(args.server)
     res: dict[str, Any] = {"meta": metadata(server, args, sections), "sections": {}}
     log(f"ferrolock bench: {describe(res['meta'])}")
@@ -1279,6 +1299,11 @@ def main() -> int:
         server.close()
     res["meta"]["seconds"] = round(time.monotonic() - t_start, 1)
     res["meta"]["load_end"] = [round(x, 2) for x in os.getloadavg()]
+    # Every worker and the server are reaped by now: their CPU time is in
+    # this process's children times; what else the machine did is others'.
+    (busy0, ours0), (busy1, ours1) = clock_start, cpu_clock()
+    wall = time.monotonic() - t_start
+    res["meta"]["other_cpu_share"] = round(max(0.0, (busy1 - busy0) - (ours1 - ours0)) / (wall * os.cpu_count()), 3)
 
     runs_dir = args.out / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
