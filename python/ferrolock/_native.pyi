@@ -7,7 +7,7 @@ The public ``ferrolock.Lock`` and ``ferrolock.Redlock`` subclass the native
 """
 
 import builtins
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Final, final, overload
 
@@ -31,6 +31,8 @@ __all__ = [
     "_Cancel",
     "_LockBase",
     "__version__",
+    "_caller_id",
+    "_set_green_hook",
 ]
 
 __version__: str
@@ -44,6 +46,15 @@ DEFAULT_QUEUE_PREFIX: Final = "Queue:"
 DEFAULT_VISIBILITY: Final = 30.0
 """The core's default visibility timeout of reserved tasks, in seconds
 (``ferrolock::DEFAULT_VISIBILITY``)."""
+
+def _set_green_hook(hook: Callable[[], Callable[[int], object] | None]) -> None:
+    """Registers the package's gevent/eventlet hook (``ferrolock/_green.py``):
+    called when ``threading`` is patched, it answers how the current greenlet
+    waits for a file descriptor, or ``None`` when it must not yield."""
+
+def _caller_id() -> int:
+    """``threading.get_ident()`` as it is now: the OS thread's id, or under
+    gevent/eventlet the current greenlet's."""
 
 class FerrolockError(Exception):
     """Base class of every ferrolock error."""
