@@ -14,7 +14,7 @@ use ferrolock::{
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
-use crate::convert::{arg, blocking, bytes_str, client, quick, str_bytes, wait_for};
+use crate::convert::{arg, blocking_undo, bytes_str, client, quick, str_bytes, wait_for};
 use crate::errors::{Exc, IntoPy};
 
 /// A cancellation flag for a wait running on a worker thread (asyncio).
@@ -63,11 +63,40 @@ impl PyLockBase {
         String::from_utf8_lossy(self.inner.name()).into_owned()
     }
 
+    /// Acquires, waiting as `wait` says. A lock taken for a greenlet that was
+    /// killed meanwhile is released (see `convert::blocking_undo`).
+    fn acquire_wait(
+        &self,
+        py: Python<'_>,
+        cancel: Option<&AtomicBool>,
+        wait: Wait,
+    ) -> PyResult<bool> {
+        // A greenlet's wait moves to a thread of its own (`green.rs`): try
+        // once here first, so the uncontended case costs one round trip, not
+        // a thread and two trips through the hub.
+        if wait != Wait::Try && cancel.is_none() && crate::green::cooperative_wait(py)?.is_some() {
+            let inner = self.inner.clone();
+            if quick(py, move || inner.acquire(Wait::Try, None))? {
+                return Ok(true);
+            }
+        }
+        let (inner, taken) = (self.inner.clone(), self.inner.clone());
+        blocking_undo(
+            py,
+            cancel,
+            move |hook| inner.acquire(wait, hook),
+            move |acquired| {
+                if acquired {
+                    let _ = taken.release();
+                }
+            },
+        )
+    }
+
     /// Waits as the lock's default timeout says; `LockTimeout` if not acquired.
     fn enter(&self, py: Python<'_>, cancel: Option<&AtomicBool>) -> PyResult<()> {
         let wait = wait_for(true, None, self.timeout)?;
-        let inner = self.inner.clone();
-        let acquired = blocking(py, cancel, move |hook| inner.acquire(wait, hook))?;
+        let acquired = self.acquire_wait(py, cancel, wait)?;
         if acquired {
             return Ok(());
         }
@@ -94,8 +123,7 @@ impl PyLockBase {
         #[pyo3(from_py_with = arg::timeout)] timeout: Option<f64>,
     ) -> PyResult<bool> {
         let wait = wait_for(blocking, timeout, self.timeout)?;
-        let inner = self.inner.clone();
-        crate::convert::blocking(py, None, move |hook| inner.acquire(wait, hook))
+        self.acquire_wait(py, None, wait)
     }
 
     /// Release the lock.
@@ -298,9 +326,9 @@ impl PyRedlock {
             ));
         }
         let mut clients = Vec::new();
-        let each = urls.try_iter().map_err(|_| {
-            crate::errors::type_error("urls", "a list of URL strings (str)", urls)
-        })?;
+        let each = urls
+            .try_iter()
+            .map_err(|_| crate::errors::type_error("urls", "a list of URL strings (str)", urls))?;
         for url in each {
             let url = url?;
             let text: String = url

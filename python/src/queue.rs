@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyList, PyString};
 
 use crate::convert::{
-    arg, blocking, bytes_str, client, enqueue_items, quick, str_bytes, wait_secs,
+    arg, blocking, blocking_undo, bytes_str, client, enqueue_items, quick, str_bytes, wait_secs,
 };
 use crate::errors::IntoPy;
 
@@ -160,6 +160,17 @@ impl PyQueue {
     }
 }
 
+/// Gives back tasks popped for a caller that is gone (a greenlet killed while
+/// it waited): each due again at its own score.
+fn put_back(queue: &ferrolock::Queue, tasks: Vec<ferrolock::Task>) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    for task in tasks {
+        let _ = queue.enqueue(&[&task.id], task.score - now, None, None);
+    }
+}
+
 fn count_arg(count: Option<i64>) -> PyResult<usize> {
     match count {
         None => Ok(1),
@@ -221,8 +232,13 @@ impl PyQueue {
     ) -> PyResult<Bound<'py, PyAny>> {
         let n = count_arg(count)?;
         let wait = wait_secs(wait)?;
-        let queue = self.inner.clone();
-        let tasks = blocking(py, None, move |hook| queue.pop(n, wait, None, hook))?;
+        let (queue, back) = (self.inner.clone(), self.inner.clone());
+        let tasks = blocking_undo(
+            py,
+            None,
+            move |hook| queue.pop(n, wait, None, hook),
+            move |tasks| put_back(&back, tasks),
+        )?;
         self.tasks(py, tasks, Origin::Popped, count)
     }
 
@@ -264,8 +280,17 @@ impl PyQueue {
             .map(|v| validate::seconds(v, "visibility", true))
             .transpose()
             .py()?;
-        let queue = self.inner.clone();
-        let task = blocking(py, None, move |hook| queue.reserve(visibility, wait, hook))?;
+        let (queue, back) = (self.inner.clone(), self.inner.clone());
+        let task = blocking_undo(
+            py,
+            None,
+            move |hook| queue.reserve(visibility, wait, hook),
+            move |task| {
+                if let Some(t) = task {
+                    let _ = back.nack(&t.id, t.receipt.as_deref().unwrap_or(""), 0.0, None);
+                }
+            },
+        )?;
         self.tasks(py, task.into_iter().collect(), Origin::Reserved, None)
     }
 
