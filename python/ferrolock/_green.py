@@ -17,6 +17,7 @@ native module never imports the package.
 from __future__ import annotations
 
 import _thread
+from importlib import import_module
 from typing import Callable
 
 from ferrolock import _native
@@ -30,17 +31,15 @@ def _cooperative_wait() -> Callable[[int], object] | None:
     (threading not patched by a library we know, or the caller is the hub)."""
     patched_by = getattr(_thread.get_ident, "__module__", None) or ""
     if patched_by.startswith("gevent"):
-        import gevent
-        from gevent.socket import wait_read
-
+        # Imported by name: already loaded by the patching, and untyped.
+        gevent = import_module("gevent")
         if gevent.getcurrent() is gevent.get_hub():
             return None  # the hub itself cannot yield
+        wait_read: Callable[[int], object] = import_module("gevent.socket").wait_read
         return wait_read
     if patched_by.startswith("eventlet"):
-        from eventlet import hubs
-        from greenlet import getcurrent
-
-        if getcurrent() is hubs.get_hub().greenlet:
+        hubs = import_module("eventlet.hubs")
+        if import_module("greenlet").getcurrent() is hubs.get_hub().greenlet:
             return None
 
         def trampoline_read(fd: int) -> None:

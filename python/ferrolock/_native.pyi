@@ -152,6 +152,7 @@ class _LockBase:
     def _try_acquire_nowait(self) -> bool: ...
     def _enter_cancellable(self, cancel: _Cancel) -> None: ...
 
+@disjoint_base
 class Lock(_LockBase):
     """A distributed lock on one Redis deployment: the native half of
     ``ferrolock.Lock`` (see there)."""
@@ -170,6 +171,14 @@ class Lock(_LockBase):
         min_replicas: int = 0,
     ) -> Self:
         """Create a lock (nothing is sent to Redis yet)."""
+    def _acquire_with_token(
+        self, token: str | bytes, blocking: bool = True, timeout: float | None = None
+    ) -> bool:
+        """``acquire`` with the caller's owner token (UTF-8) instead of a random
+        one (``ferrolock.redis.Lock.acquire(token=...)``)."""
+    def _remaining(self) -> float | None:
+        """Remaining TTL of the key in seconds, whoever holds it (``None``: not
+        held, or no TTL)."""
 
 class Redlock(_LockBase):
     """A lock over several independent Redis masters: the native half of

@@ -204,6 +204,17 @@ pub fn str_arg(value: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u8>> {
     str_bytes(value, what)
 }
 
+/// A `str` (valid UTF-8), or `bytes` that are valid UTF-8.
+pub fn text_arg(value: &Bound<'_, PyAny>, what: &str) -> PyResult<String> {
+    if let Ok(b) = value.cast::<PyBytes>() {
+        return String::from_utf8(b.as_bytes().to_vec())
+            .map_err(|_| PyValueError::new_err(format!("{what} must be valid UTF-8")));
+    }
+    value
+        .extract::<String>()
+        .map_err(|_| type_error(what, "a str or bytes", value))
+}
+
 /// A `str`, or `None`.
 pub fn opt_text_arg(value: &Bound<'_, PyAny>, what: &str) -> PyResult<Option<String>> {
     if value.is_none() {
@@ -259,6 +270,7 @@ pub mod arg {
         fair: bool = bool_arg("fair");
         url: Option<String> = opt_text_arg("url");
         prefix: Vec<u8> = str_arg("prefix");
+        token: String = text_arg("token");
     }
 
     /// The `score` argument: a number (any float; the core checks it is finite).

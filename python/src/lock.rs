@@ -251,7 +251,10 @@ impl PyLockBase {
 
 /// A distributed lock on one Redis deployment (native half of `ferrolock.Lock`).
 #[pyclass(name = "Lock", module = "ferrolock._native", extends = PyLockBase, subclass, frozen)]
-pub struct PyLock;
+pub struct PyLock {
+    /// The same lock as the base's `inner`, with the methods only a `Lock` has.
+    single: Arc<ferrolock::Lock>,
+}
 
 #[pymethods]
 impl PyLock {
@@ -290,11 +293,41 @@ impl PyLock {
                 u32::MAX
             ))
         })?;
-        let lock = ferrolock::Lock::new(&client(url.as_deref())?, &name, opts).py()?;
+        let lock = Arc::new(ferrolock::Lock::new(&client(url.as_deref())?, &name, opts).py()?);
         Ok(
-            PyClassInitializer::from(PyLockBase::new(Arc::new(lock), timeout, "Lock")?)
-                .add_subclass(Self),
+            PyClassInitializer::from(PyLockBase::new(lock.clone(), timeout, "Lock")?)
+                .add_subclass(Self { single: lock }),
         )
+    }
+
+    /// `acquire` with the caller's owner token (for `ferrolock.redis.Lock`'s
+    /// `acquire(token=…)`).
+    #[pyo3(signature = (token, blocking = true, timeout = None))]
+    fn _acquire_with_token(
+        slf: &Bound<'_, Self>,
+        #[pyo3(from_py_with = arg::token)] token: String,
+        #[pyo3(from_py_with = arg::blocking)] blocking: bool,
+        #[pyo3(from_py_with = arg::timeout)] timeout: Option<f64>,
+    ) -> PyResult<bool> {
+        let wait = wait_for(blocking, timeout, slf.as_super().get().timeout)?;
+        let (lock, taken) = (slf.get().single.clone(), slf.get().single.clone());
+        blocking_undo(
+            slf.py(),
+            None,
+            move |hook| lock.acquire_with_token(&token, wait, hook),
+            move |acquired| {
+                if acquired {
+                    let _ = taken.release();
+                }
+            },
+        )
+    }
+
+    /// Remaining TTL of the key in seconds, whoever holds it (`None`: not
+    /// held, or no TTL).
+    fn _remaining(&self, py: Python<'_>) -> PyResult<Option<f64>> {
+        let lock = self.single.clone();
+        quick(py, move || lock.remaining()).map(|d| d.map(|d| d.as_secs_f64()))
     }
 }
 
