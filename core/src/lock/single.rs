@@ -100,13 +100,35 @@ impl Lock {
     /// plain `SET NX PX`, which draws no fencing token:
     /// [`Lock::fencing_token`] draws it when first read.
     pub fn acquire(&self, wait: Wait, interrupt: Option<Interrupt<'_>>) -> Result<bool> {
+        self.acquire_as(new_token(), wait, interrupt)
+    }
+
+    /// [`Lock::acquire`] with the caller's owner token instead of a fresh
+    /// random one (redis-py's `acquire(token=…)`): 1 to 4096 bytes, unique
+    /// to the caller, who is its owner. Acquiring with the token that holds
+    /// the lock takes it again (as a retry after a lost reply must).
+    pub fn acquire_with_token(
+        &self,
+        token: &str,
+        wait: Wait,
+        interrupt: Option<Interrupt<'_>>,
+    ) -> Result<bool> {
+        validate::name(token.as_bytes(), "token")?;
+        self.acquire_as(token.to_owned(), wait, interrupt)
+    }
+
+    fn acquire_as(
+        &self,
+        token: String,
+        wait: Wait,
+        interrupt: Option<Interrupt<'_>>,
+    ) -> Result<bool> {
         if self.opts.reentrant
             && let Some(h) = self.state.lock_unpoisoned().held_here()
         {
             h.depth += 1;
             return Ok(true);
         }
-        let token = new_token();
         let mut waited = false;
         let fence: Option<Fence> = match self.first_attempt(&token, wait)? {
             Some(fence) => Some(fence),
