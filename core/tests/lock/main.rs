@@ -7,5 +7,6 @@ mod common;
 
 mod basic;
 mod fencing;
+mod restore;
 mod waiting;
 mod watchdog;
