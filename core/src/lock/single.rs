@@ -368,15 +368,14 @@ impl Lock {
                 .arg(&k.channel)
                 .run(&self.client, &self.label)?;
             if released == 1 {
+                // This object's own hold: forgotten (it is not lost: it let go).
                 let mut st = self.state.lock_unpoisoned();
-                if st
+                let ours = st
                     .held
                     .as_ref()
-                    .is_some_and(|h| h.token.as_bytes() == holder)
-                {
-                    if let Some(lease) = st.held.take().and_then(|h| h.lease) {
-                        watchdog::unregister(&lease);
-                    }
+                    .is_some_and(|h| h.token.as_bytes() == holder);
+                if let Some(lease) = st.held.take_if(|_| ours).and_then(|h| h.lease) {
+                    watchdog::unregister(&lease);
                 }
                 return Ok(true);
             }
