@@ -44,8 +44,8 @@ struct Built {
     timeout: Option<f64>,
 }
 
-/// Reads the settings of `function` (its arguments from #2 or #3 on: `first`
-/// is the position of `$options`).
+/// Reads the settings of `function` (`__construct` or `restore`): `args` is
+/// positioned before `$options`, and `name` was read already.
 #[allow(clippy::too_many_arguments)]
 fn build(
     function: &'static str,
