@@ -131,7 +131,7 @@ lint: ## cargo fmt --check, clippy -D warnings, ruff, php -l
 	cargo clippy --workspace --all-targets -- -D warnings
 	$(PYTHON) -m ruff check python tests bench scripts
 	php -n -l php/ferrolock.stubs.php
-	@for f in $$(find tests -name '*.php' | sort); do php -n -l $$f >/dev/null || exit 1; done
+	@for f in $$(find tests php/bridge -name '*.php' | sort); do php -n -l $$f >/dev/null || exit 1; done
 
 .PHONY: stubs
 stubs: php python ## Check the Python and PHP stubs against the built modules (mypy.stubtest, PHP reflection)
