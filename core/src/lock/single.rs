@@ -100,13 +100,11 @@ impl Lock {
             );
         }
         let lease = lock.opts.auto_renew.then(|| {
-            let lease = Lease::new(
-                lock.client.clone(),
-                lock.keys.lock.clone(),
-                lock.keys.fence.clone(),
-                token.to_owned(),
-                lock.opts.ttl,
-            );
+            let renew = Box::new(RenewHold {
+                keys: lock.keys.clone(),
+                token: token.to_owned(),
+            });
+            let lease = Lease::new(lock.client.clone(), renew, lock.opts.ttl);
             watchdog::register(lease.clone());
             lease
         });
