@@ -1,27 +1,40 @@
 //! The task queue: a sorted set of task ids scored by due time (the legacy
-//! `Queue:<name>` layout), with atomic scripts for every operation and an
-//! optional reliable mode (reserve → ack / nack) on top.
+//! `Queue:<name>` layout), with atomic scripts for every operation and a
+//! reliable mode (reserve → ack / nack / touch) on top: attempts, backoff,
+//! dead letters, payloads, one id never in flight twice (docs/queue.md).
 //!
 //! The rooms: this file (the [`Queue`], its options and defaults, and the
-//! operations on single tasks), `take.rs` (pop, reserve, top), `task.rs`
-//! (what is handed out), `reply.rs` (reading script replies), `legacy.rs`
-//! (waiting out a legacy client's queue lock).
+//! operations on single tasks), `take.rs` (pop, reserve, top), `dead.rs`
+//! (dead letters and stats), `task.rs` (what is handed out), `receipt.rs`
+//! (what a reservation is acked with), `heartbeat.rs` (keeping reservations
+//! alive in the background), `worker.rs` (the worker loop's steps),
+//! `reply.rs` (reading script replies), `legacy.rs` (waiting out a legacy
+//! client's queue lock).
 
+mod dead;
+mod heartbeat;
 mod legacy;
+mod receipt;
 mod reply;
 mod take;
 mod task;
+mod worker;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::Value;
 
-use self::reply::int_at;
-pub use self::task::Task;
+pub use self::dead::QueueStats;
+pub use self::heartbeat::Heartbeat;
+use self::reply::{float, int_at};
+pub use self::take::Step;
+pub use self::task::{Finish, Task};
+pub use self::worker::{Outcome, Worker, WorkerOptions};
 use crate::client::Client;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::keys::{DEFAULT_LOCK_PREFIX, DEFAULT_QUEUE_PREFIX, QueueKeys, label};
-use crate::scripts::{QUEUE_ACK, QUEUE_DEQUEUE, QUEUE_ENQUEUE, QUEUE_NACK};
+use crate::scripts::{QUEUE_ACK, QUEUE_DEQUEUE, QUEUE_ENQUEUE, QUEUE_NACK, QUEUE_TOUCH};
 use crate::validate;
 use crate::wait::{self, Interrupt};
 
@@ -31,7 +44,28 @@ pub const DEFAULT_VISIBILITY: Duration = Duration::from_secs(30);
 /// Default time a queue operation waits for a legacy client's queue lock.
 pub const DEFAULT_LEGACY_LOCK_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Default number of reservations a task gets before it goes to the dead
+/// set. Ten, with the default backoff (1 s doubling, capped at 5 min), gives a
+/// failing task about nine minutes of retries (1 + 2 + … + 256 s): enough to
+/// ride out a dependency's restart or a deploy, while a task that can never
+/// succeed costs ten runs, not an endless stream of them.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 10;
+
+/// Default wait after a task's first failed attempt (doubled after each).
+pub const DEFAULT_BACKOFF: Duration = Duration::from_secs(1);
+
+/// Default longest wait between two attempts.
+pub const DEFAULT_BACKOFF_CAP: Duration = Duration::from_secs(300);
+
+/// Default jitter: each backoff is cut by a random fraction of up to half.
+pub const DEFAULT_BACKOFF_JITTER: f64 = 0.5;
+
 /// Settings of a [`Queue`]. Start from `QueueOptions::default()` and set fields.
+///
+/// The settings that decide what happens when a reservation ends (attempts,
+/// backoff, jitter, visibility) are stored with the reservation when it is
+/// made: consumers with different settings on one queue each apply their own
+/// to the tasks they reserved, whoever ends the reservation.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct QueueOptions {
@@ -45,6 +79,17 @@ pub struct QueueOptions {
     pub legacy_lock_timeout: Duration,
     /// Longest pause between re-checks while waiting for work.
     pub recheck: Duration,
+    /// Reservations a task gets: one that ends unacked (nack or timeout) at
+    /// this attempt sends the task to the dead set. `None`: unlimited.
+    pub max_attempts: Option<u32>,
+    /// Wait after a failed first attempt before the task is due again;
+    /// doubled after each further failure.
+    pub backoff: Duration,
+    /// Longest backoff.
+    pub backoff_cap: Duration,
+    /// Each backoff is cut by a random fraction of up to this much (0 to 1;
+    /// 0: exact), so tasks that failed together do not return together.
+    pub backoff_jitter: f64,
 }
 
 impl Default for QueueOptions {
@@ -55,7 +100,33 @@ impl Default for QueueOptions {
             visibility: DEFAULT_VISIBILITY,
             legacy_lock_timeout: DEFAULT_LEGACY_LOCK_TIMEOUT,
             recheck: wait::DEFAULT_RECHECK,
+            max_attempts: Some(DEFAULT_MAX_ATTEMPTS),
+            backoff: DEFAULT_BACKOFF,
+            backoff_cap: DEFAULT_BACKOFF_CAP,
+            backoff_jitter: DEFAULT_BACKOFF_JITTER,
         }
+    }
+}
+
+impl QueueOptions {
+    fn check(&self) -> Result<()> {
+        validate::lifetime(self.visibility, "visibility")?;
+        validate::interval(self.recheck, "recheck interval")?;
+        if self.max_attempts == Some(0) {
+            return Err(Error::invalid(
+                "max_attempts must be >= 1 (None: unlimited), got 0",
+            ));
+        }
+        for (d, what) in [(self.backoff, "backoff"), (self.backoff_cap, "backoff_cap")] {
+            validate::seconds(d.as_secs_f64(), what, true)?;
+        }
+        if !(0.0..=1.0).contains(&self.backoff_jitter) {
+            return Err(Error::invalid(format!(
+                "backoff_jitter must be between 0 and 1, got {}",
+                self.backoff_jitter
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -80,8 +151,7 @@ impl Queue {
     /// A queue on `name` (any bytes, 1 to 4096 of them).
     pub fn new(client: &Client, name: &[u8], opts: QueueOptions) -> Result<Self> {
         validate::name(name, "queue name")?;
-        validate::lifetime(opts.visibility, "visibility")?;
-        validate::interval(opts.recheck, "recheck interval")?;
+        opts.check()?;
         Ok(Self {
             keys: QueueKeys::new(&opts.prefix, &opts.lock_prefix, name),
             label: label("queue", name),
@@ -111,10 +181,9 @@ impl Queue {
         }
     }
 
-    /// The keys of the scripts that take, return or peek at tasks (take, top,
-    /// nack), in their order: queue, legacy queue lock (or the queue),
-    /// inflight, receipts, waiters, leases.
-    fn task_keys(&self) -> [&[u8]; 6] {
+    /// The keys of the scripts that take, return, add or peek at tasks, in
+    /// the order `queue_keys()` in prelude.lua reads them.
+    fn task_keys(&self) -> [&[u8]; 10] {
         let k = &self.keys;
         [
             &k.queue,
@@ -123,11 +192,17 @@ impl Queue {
             &k.receipts,
             &k.waiters,
             &k.leases,
+            &k.attempts,
+            &k.payloads,
+            &k.dead,
+            &k.pending,
         ]
     }
 
     /// Adds `ids` in one round trip, due `delay` seconds from now (negative:
     /// earlier). Ids already queued keep their score. Returns how many were new.
+    /// An id in flight is queued again when its reservation ends (see
+    /// docs/queue.md, "One id, one consumer"), and counts as new.
     /// While a legacy client holds the queue lock this waits for it, up to
     /// `legacy_timeout` (default: the queue's), consulting `interrupt`.
     pub fn enqueue<I: AsRef<[u8]>>(
@@ -137,21 +212,60 @@ impl Queue {
         legacy_timeout: Option<Duration>,
         interrupt: Option<Interrupt<'_>>,
     ) -> Result<usize> {
-        let delay = validate::offset(delay, "delay")?;
         for id in ids {
             validate::name(id.as_ref(), "task id")?;
         }
-        if ids.is_empty() {
+        self.add(
+            ids.iter().map(|id| (id.as_ref(), None)),
+            ids.len(),
+            delay,
+            legacy_timeout,
+            interrupt,
+        )
+    }
+
+    /// [`Queue::enqueue`] with a payload per id (any bytes, stored in the
+    /// queue's slot until the task is acked, popped, dequeued or purged). A
+    /// payload replaces the one the task had, also when the id is queued or in
+    /// flight already (the newest data wins; the score stays the first).
+    pub fn enqueue_with_payloads<I: AsRef<[u8]>, P: AsRef<[u8]>>(
+        &self,
+        tasks: &[(I, P)],
+        delay: f64,
+        legacy_timeout: Option<Duration>,
+        interrupt: Option<Interrupt<'_>>,
+    ) -> Result<usize> {
+        for (id, _) in tasks {
+            validate::name(id.as_ref(), "task id")?;
+        }
+        let items = tasks.iter().map(|(id, p)| (id.as_ref(), Some(p.as_ref())));
+        self.add(items, tasks.len(), delay, legacy_timeout, interrupt)
+    }
+
+    fn add<'a>(
+        &self,
+        items: impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)> + Clone,
+        len: usize,
+        delay: f64,
+        legacy_timeout: Option<Duration>,
+        interrupt: Option<Interrupt<'_>>,
+    ) -> Result<usize> {
+        let delay = validate::offset(delay, "delay")?;
+        if len == 0 {
             return Ok(0);
         }
-        let k = &self.keys;
+        let with_payloads = items.clone().any(|(_, p)| p.is_some());
         let mut call = QUEUE_ENQUEUE
-            .call(&[&k.queue, self.legacy_key(), &k.waiters, &k.leases])
+            .call(&self.task_keys())
             .arg(delay)
             .arg(self.check_legacy)
-            .arg(&k.channel);
-        for id in ids {
-            call = call.arg(id.as_ref());
+            .arg(&self.keys.channel)
+            .arg(if with_payloads { "1" } else { "0" });
+        for (id, payload) in items {
+            call = call.arg(id);
+            if with_payloads {
+                call = call.arg(payload.unwrap_or_default());
+            }
         }
         let reply = self.legacy_retry(legacy_timeout, interrupt, || {
             call.run::<Vec<Value>>(&self.client, &self.label)
@@ -160,8 +274,8 @@ impl Queue {
     }
 
     /// Removes `id` if its score is still exactly `score` (a task queued again
-    /// since it was read keeps its place). True when removed. Waits for a
-    /// legacy client's queue lock as [`Queue::enqueue`] does.
+    /// since it was read keeps its place), with its payload. True when
+    /// removed. Waits for a legacy client's queue lock as [`Queue::enqueue`] does.
     pub fn dequeue(
         &self,
         id: &[u8],
@@ -171,8 +285,9 @@ impl Queue {
     ) -> Result<bool> {
         validate::name(id, "task id")?;
         let score = validate::score(score)?;
+        let k = &self.keys;
         let call = QUEUE_DEQUEUE
-            .call(&[&self.keys.queue, self.legacy_key()])
+            .call(&[&k.queue, self.legacy_key(), &k.payloads, &k.attempts])
             .arg(id)
             .arg(score)
             .arg(self.check_legacy);
@@ -182,45 +297,101 @@ impl Queue {
         Ok(int_at(&reply, 0) == 1)
     }
 
-    /// Acknowledges a reserved task. False when the reservation was lost (it
-    /// expired and went back to the queue, maybe to another consumer, whose
-    /// claim is left untouched).
+    /// Acknowledges a reserved task: done, its payload deleted (unless it was
+    /// enqueued again meanwhile: then it is queued now, see
+    /// [`Queue::enqueue`]). False when the reservation was lost (it expired
+    /// and went back to the queue, maybe to another consumer, whose claim is
+    /// left untouched). A receipt that is not this task's is an
+    /// invalid argument.
     pub fn ack(&self, id: &[u8], receipt: &str) -> Result<bool> {
-        validate::name(id, "task id")?;
-        validate::name(receipt.as_bytes(), "receipt")?;
+        let rid = self.rid(id, receipt)?;
         let call = QUEUE_ACK
-            .call(&[&self.keys.inflight, &self.keys.receipts])
+            .call(&self.task_keys())
             .arg(id)
-            .arg(receipt);
+            .arg(rid)
+            .arg(&self.keys.channel);
         let acked: i64 = call.run(&self.client, &self.label)?;
         Ok(acked == 1)
     }
 
-    /// Gives a reserved task back, due `delay` seconds from now. False when
-    /// the reservation was lost. Waits for a legacy client's queue lock as
-    /// [`Queue::enqueue`] does (up to the queue's `legacy_lock_timeout`).
+    /// Gives a reserved task back, due `delay` seconds from now, or after its
+    /// backoff when `None`; a reservation that was the task's last attempt
+    /// sends it to the dead set instead. False when the reservation was lost.
+    /// Waits for a legacy client's queue lock as [`Queue::enqueue`] does (up
+    /// to the queue's `legacy_lock_timeout`).
     pub fn nack(
         &self,
         id: &[u8],
         receipt: &str,
-        delay: f64,
+        delay: Option<f64>,
         interrupt: Option<Interrupt<'_>>,
     ) -> Result<bool> {
-        validate::name(id, "task id")?;
-        validate::name(receipt.as_bytes(), "receipt")?;
-        let delay = validate::offset(delay, "delay")?;
-        let k = &self.keys;
+        let rid = self.rid(id, receipt)?;
+        let delay = delay.map(|d| validate::offset(d, "delay")).transpose()?;
         let call = QUEUE_NACK
             .call(&self.task_keys())
             .arg(id)
-            .arg(receipt)
-            .arg(delay)
+            .arg(rid)
+            .arg(delay.map(|d| d.to_string()).unwrap_or_default())
             .arg(self.check_legacy)
-            .arg(&k.channel);
+            .arg(&self.keys.channel);
         let reply = self.legacy_retry(None, interrupt, || {
             call.run::<Vec<Value>>(&self.client, &self.label)
         })?;
-        Ok(int_at(&reply, 0) == 1)
+        Ok(int_at(&reply, 0) > 0)
+    }
+
+    /// Extends a reservation (a heartbeat): it now ends `visibility` from now
+    /// (default: the visibility it was reserved with). Returns the new
+    /// deadline (unix s), or `None` when the reservation is no longer ours.
+    pub fn touch(
+        &self,
+        id: &[u8],
+        receipt: &str,
+        visibility: Option<Duration>,
+    ) -> Result<Option<f64>> {
+        let rid = self.rid(id, receipt)?;
+        let visibility = visibility
+            .map(|v| validate::lifetime(v, "visibility"))
+            .transpose()?;
+        let call = QUEUE_TOUCH
+            .call(&[&self.keys.inflight, &self.keys.receipts])
+            .arg(id)
+            .arg(rid)
+            .arg(
+                visibility
+                    .map(validate::millis)
+                    .map(|ms| ms.to_string())
+                    .unwrap_or_default(),
+            )
+            .arg(validate::millis(self.opts.visibility));
+        let reply: Vec<Value> = call.run(&self.client, &self.label)?;
+        if int_at(&reply, 0) != 1 {
+            return Ok(None);
+        }
+        reply
+            .get(1)
+            .map(float)
+            .transpose()
+            .map_err(|e| e.context(&self.label))
+    }
+
+    /// Keeps the reservation of `task` alive in the background (a touch
+    /// every third of its visibility) until the returned guard is dropped or
+    /// stopped.
+    pub fn keep_alive(self: &Arc<Self>, task: &Task) -> Result<Heartbeat> {
+        let receipt = task
+            .receipt
+            .clone()
+            .ok_or_else(|| Error::invalid("only a reserved task can be kept alive"))?;
+        self.rid(&task.id, &receipt)?;
+        let visibility = task.visibility.unwrap_or(self.opts.visibility);
+        Ok(heartbeat::start(Arc::new(heartbeat::Touch {
+            queue: self.clone(),
+            id: task.id.clone(),
+            receipt,
+            visibility,
+        })))
     }
 
     /// Number of queued tasks, due or delayed (reserved ones not counted).
@@ -240,8 +411,12 @@ impl Queue {
             .query(&self.label, redis::cmd("ZCARD").arg(&self.keys.inflight))
     }
 
-    /// Runs `op` again while it reports that a legacy client holds the queue
-    /// lock (`{-1, pttl}`), polling with backoff up to `timeout`.
+    /// The request id of `receipt`, checked against task `id`.
+    fn rid<'a>(&self, id: &[u8], receipt: &'a str) -> Result<&'a str> {
+        validate::name(id, "task id")?;
+        receipt::rid_of(receipt, id)
+    }
+
     /// Runs `op` while a legacy client holds the queue lock, up to
     /// `timeout` (default: the queue's `legacy_lock_timeout`); see `legacy.rs`.
     fn legacy_retry(

@@ -1,0 +1,114 @@
+-- Take due tasks: pop them (mode 'pop') or reserve them (mode 'reserve'),
+-- lowest score first, ties by id. Before that, in the same step, it may
+-- finish a reservation (the worker loop's one round trip per job: ack this,
+-- take the next), and it ends the reservations whose visibility ran out.
+-- An id that is in flight (a legacy client queued it again) is not handed
+-- out: it is remembered as enqueued again, as enqueue does.
+-- KEYS: queue, legacy queue lock (or the queue), inflight, receipts, waiters, leases,
+--       attempts, payloads, dead, pending
+-- ARGV: 1 mode, 2 count, 3 check_legacy, 4 channel prefix, 5 waiter_id ('' = do not
+--       register), 6 lease_ms, and for reserve: 7 visibility_ms, 8 rid, 9 max_attempts
+--       (0: unlimited), 10 backoff_ms, 11 backoff_cap_ms, 12 jitter ratio, 13 jitter
+--       seed in [0, 1); then 14 finish ('', 'ack', 'nack'), 15 its id, 16 its rid,
+--       17 its delay ('' = backoff)
+-- Returns {1, {id, score, ...}, payloads, attempts, deadline, finished}, where
+--   payloads and attempts are lists (false: none) or 0 when no task has any,
+--   deadline is the visibility deadline of reserved tasks ('' for pop), and
+--   finished what the finish answered (ack: 1/0, nack: 1/2/0; -1: none);
+--   {0, next_work_at, now, 0, '', finished} when nothing is due (the waiter is
+--   registered);
+--   {-1, pttl} while a legacy client holds the queue lock (nothing done).
+local K = queue_keys()
+local mode, count, me, channel = ARGV[1], tonumber(ARGV[2]), ARGV[5], ARGV[4]
+local busy = legacy_queue_lock(K.legacy, ARGV[3])
+if busy then return {-1, busy} end
+local now, now_text = now_s()
+if mode == 'pop' and ARGV[14] == ''
+    and redis.call('EXISTS', K.inflight, K.payloads, K.attempts, K.waiters) == 0 then
+  -- The common case of a legacy-style queue: no reservation, payload,
+  -- attempt or waiting consumer anywhere.
+  local items = redis.call('ZRANGEBYSCORE', K.queue, '-inf', now_text, 'WITHSCORES', 'LIMIT', '0', count)
+  if #items > 0 then return {1, remove_taken(K.queue, items), 0, 0, '', -1} end
+end
+
+-- slow path (build.rs defines the helpers used below here)
+local finished = -1
+if ARGV[14] == 'ack' then
+  finished = ack_reservation(K, ARGV[15], ARGV[16], channel)
+elseif ARGV[14] == 'nack' then
+  finished = nack_reservation(K, ARGV[15], ARGV[16], tonumber(ARGV[17]), now, channel)
+end
+local spare = 0
+if redis.call('ZRANGEBYSCORE', K.inflight, '-inf', now_text, 'LIMIT', '0', '1')[1] then
+  spare = reclaim_expired(K, now, now_text)
+end
+local has_waiters = redis.call('EXISTS', K.waiters) == 1
+local items = redis.call('ZRANGEBYSCORE', K.queue, '-inf', now_text, 'WITHSCORES', 'LIMIT', '0', count)
+if has_waiters then prune_waiters(K.waiters, K.leases, math.floor(now * 1000)) end
+local ids, scores = {}, {}
+for i = 1, #items, 2 do
+  ids[#ids + 1] = items[i]
+  scores[#scores + 1] = items[i + 1]
+end
+if #ids > 0 and redis.call('EXISTS', K.inflight) == 1 then
+  -- Queued and in flight at once (a legacy enqueue): wait for the reservation.
+  local flying = scores_of(K.inflight, ids)
+  local kept_ids, kept_scores = {}, {}
+  for i, id in ipairs(ids) do
+    if flying[i] then
+      redis.call('ZREM', K.queue, id)
+      remember_pending(K, id, scores[i], nil)
+    else
+      kept_ids[#kept_ids + 1] = id
+      kept_scores[#kept_scores + 1] = scores[i]
+    end
+  end
+  ids, scores = kept_ids, kept_scores
+end
+if #ids == 0 then
+  if me ~= '' then register_waiter(K.waiters, K.leases, me, math.floor(now * 1000000), tonumber(ARGV[6])) end
+  return {0, next_work_at(K.queue, K.inflight), now_text, 0, '', finished}
+end
+if has_waiters then
+  if me ~= '' then remove_waiter(K.waiters, K.leases, me) end
+  -- Tasks reclaimed beyond what this call takes: let other consumers know.
+  if spare > #ids then wake_waiters(K.waiters, K.leases, channel, spare - #ids, me) end
+end
+items = {}
+for i, id in ipairs(ids) do
+  items[#items + 1] = id
+  items[#items + 1] = scores[i]
+end
+remove_taken(K.queue, items)
+if mode ~= 'reserve' then
+  local payloads, attempts = task_data(K, ids, true)
+  return {1, items, payloads, attempts, '', finished}
+end
+local payloads, attempts = task_data(K, ids, false)
+local deadline = float_text(now + tonumber(ARGV[7]) / 1000)
+local settings = '/' .. ARGV[9] .. '/' .. ARGV[10] .. '/' .. ARGV[11] .. '/'
+local ratio, seed = tonumber(ARGV[12]), tonumber(ARGV[13])
+local counts, flying, held = {}, {}, {}
+for i, id in ipairs(ids) do
+  local n = (attempts ~= 0 and tonumber(attempts[i]) or 0) + 1
+  counts[i] = n
+  -- Each task its own jitter, spread evenly from the client's one draw.
+  local jitter = string.format('%.6f', ratio * ((seed + i * 0.6180339887498949) % 1))
+  local flags = ''
+  if payloads ~= 0 and payloads[i] then flags = 'p' end
+  flying[#flying + 1] = deadline
+  flying[#flying + 1] = id
+  held[#held + 1] = id
+  held[#held + 1] = ARGV[8] .. '/' .. n .. settings .. jitter .. '/' .. ARGV[7] .. '/' .. flags
+    .. '|' .. scores[i]
+  if #flying >= 1000 then
+    redis.call('ZADD', K.inflight, unpack(flying))
+    redis.call('HSET', K.receipts, unpack(held))
+    flying, held = {}, {}
+  end
+end
+if #flying > 0 then
+  redis.call('ZADD', K.inflight, unpack(flying))
+  redis.call('HSET', K.receipts, unpack(held))
+end
+return {1, items, payloads, counts, deadline, finished}
