@@ -60,10 +60,7 @@ impl PyTask {
 
 /// `delay` in seconds (`None` → the task's backoff).
 fn delay_arg(delay: Option<f64>) -> PyResult<Option<f64>> {
-    delay
-        .map(|d| validate::offset(d, "delay"))
-        .transpose()
-        .py()
+    delay.map(|d| validate::offset(d, "delay")).transpose().py()
 }
 
 #[pymethods]
@@ -288,7 +285,9 @@ fn ids_arg(ids: &Bound<'_, PyAny>, with_mappings: bool) -> PyResult<Ids> {
     if ids.is_instance_of::<PyBytes>() {
         return Err(type_error("ids", expected, ids));
     }
-    if with_mappings && (ids.is_instance_of::<PyDict>() || ids.hasattr("keys")? && ids.hasattr("items")?) {
+    if with_mappings
+        && (ids.is_instance_of::<PyDict>() || ids.hasattr("keys")? && ids.hasattr("items")?)
+    {
         let mut out = Vec::new();
         for item in ids.call_method0("items")?.try_iter()? {
             let (id, payload): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item?.extract()?;
@@ -343,9 +342,9 @@ impl PyQueue {
         opts.visibility = validate::seconds(visibility, "visibility", true).py()?;
         opts.max_attempts = match max_attempts {
             None => None,
-            Some(n) => Some(
-                u32::try_from(validate::count(n, "max_attempts").py()?).unwrap_or(u32::MAX),
-            ),
+            Some(n) => {
+                Some(u32::try_from(validate::count(n, "max_attempts").py()?).unwrap_or(u32::MAX))
+            }
         };
         opts.backoff = seconds_arg(backoff, "backoff")?;
         opts.backoff_cap = seconds_arg(backoff_cap, "backoff_cap")?;
@@ -423,12 +422,7 @@ impl PyQueue {
 
     /// Dead tasks, oldest death first (see the stub).
     #[pyo3(signature = (count = 100, *, offset = 0))]
-    fn dead<'py>(
-        &self,
-        py: Python<'py>,
-        count: i64,
-        offset: i64,
-    ) -> PyResult<Bound<'py, PyAny>> {
+    fn dead<'py>(&self, py: Python<'py>, count: i64, offset: i64) -> PyResult<Bound<'py, PyAny>> {
         let n = validate::count(count, "count").py()?;
         let offset = usize::try_from(offset).map_err(|_| {
             pyo3::exceptions::PyValueError::new_err(format!("offset must be >= 0, got {offset}"))
@@ -514,7 +508,11 @@ fn outcome_arg(outcome: &Bound<'_, PyAny>) -> PyResult<Outcome> {
     }
     match outcome.extract::<f64>() {
         Ok(delay) => Ok(Outcome::Retry(validate::offset(delay, "delay").py()?)),
-        Err(_) => Err(type_error("outcome", "a bool or a number of seconds", outcome)),
+        Err(_) => Err(type_error(
+            "outcome",
+            "a bool or a number of seconds",
+            outcome,
+        )),
     }
 }
 
@@ -525,10 +523,7 @@ fn log_trouble(e: &ferrolock::Error) {
         let logged = py.import("logging").and_then(|logging| {
             logging
                 .call_method1("getLogger", ("ferrolock.worker",))?
-                .call_method1(
-                    "warning",
-                    ("queue worker: %s; trying again", e.to_string()),
-                )
+                .call_method1("warning", ("queue worker: %s; trying again", e.to_string()))
                 .map(drop)
         });
         if let Err(err) = logged {
@@ -579,7 +574,9 @@ impl PyWorker {
                 .lock()
                 .map_err(|_| PyException::new_err("worker poisoned"))?;
             let w: &mut ferrolock::Worker = &mut worker;
-            blocking_stop(py, &stopped, move |hook| w.next(outcome, hook, &log_trouble))
+            blocking_stop(py, &stopped, move |hook| {
+                w.next(outcome, hook, &log_trouble)
+            })
         };
         match result? {
             Some(task) => Ok(Some(Bound::new(
@@ -606,7 +603,8 @@ impl PyWorker {
 fn blocking_stop<T: Send>(
     py: Python<'_>,
     stopped: &(dyn Fn() -> PyResult<bool> + Sync),
-    f: impl for<'a> FnOnce(Option<ferrolock::wait::Interrupt<'a>>) -> ferrolock::Result<Option<T>> + Send,
+    f: impl for<'a> FnOnce(Option<ferrolock::wait::Interrupt<'a>>) -> ferrolock::Result<Option<T>>
+    + Send,
 ) -> PyResult<Option<T>> {
     let asked = std::sync::atomic::AtomicBool::new(false);
     let hook_error: Mutex<Option<PyErr>> = Mutex::new(None);

@@ -153,37 +153,21 @@ impl Worker {
     }
 
     /// Ends the current task as `outcome` says, taking no other (the loop
-    /// stops). Trouble is ridden out as in [`Worker::next`].
-    pub fn finish(
-        &mut self,
-        outcome: Outcome,
-        interrupt: Option<Interrupt<'_>>,
-        log: &dyn Fn(&Error),
-    ) -> Result<()> {
+    /// stops). Tried once: when Redis cannot be reached the error is
+    /// returned, and the reservation runs out by itself (the task comes back
+    /// after its visibility and backoff; nothing is lost).
+    pub fn finish(&mut self, outcome: Outcome, interrupt: Option<Interrupt<'_>>) -> Result<()> {
         let Some((task, beat)) = self.current.take() else {
             return Ok(());
         };
         drop(beat);
-        let queue = self.queue.clone();
-        let result = self.retrying(interrupt, log, |_| match outcome {
-            Outcome::Done => queue.ack(&task.id, task.receipt.as_deref().unwrap_or_default()),
-            Outcome::Failed => queue.nack(
-                &task.id,
-                task.receipt.as_deref().unwrap_or_default(),
-                None,
-                interrupt,
-            ),
-            Outcome::Retry(d) => queue.nack(
-                &task.id,
-                task.receipt.as_deref().unwrap_or_default(),
-                Some(d),
-                interrupt,
-            ),
-        });
-        if result.is_err() {
-            self.current = Some((task, None));
+        let receipt = task.receipt.as_deref().unwrap_or_default();
+        match outcome {
+            Outcome::Done => self.queue.ack(&task.id, receipt),
+            Outcome::Failed => self.queue.nack(&task.id, receipt, None, interrupt),
+            Outcome::Retry(d) => self.queue.nack(&task.id, receipt, Some(d), interrupt),
         }
-        result.map(drop)
+        .map(drop)
     }
 
     fn hand_out(&mut self, task: Task) -> Result<Task> {

@@ -72,7 +72,7 @@ fn the_worker_keeps_a_slow_task_alive_and_finishes_on_stop() {
         "not handed out twice"
     );
     assert_eq!(w.current().map(|c| c.id.clone()), Some(t.id.clone()));
-    w.finish(Outcome::Done, None, &log).unwrap();
+    w.finish(Outcome::Done, None).unwrap();
     assert!(w.current().is_none());
     let s = q.stats().unwrap();
     assert_eq!((s.due, s.delayed, s.in_flight), (0, 0, 0));
