@@ -52,10 +52,6 @@ impl PyTask {
             beat: Mutex::new(None),
         }
     }
-
-    fn receipt_str(&self) -> &str {
-        self.task.receipt.as_deref().unwrap_or_default()
-    }
 }
 
 /// `delay` in seconds (`None` → the task's backoff).

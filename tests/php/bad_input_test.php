@@ -176,7 +176,8 @@ foreach (['RedisLock' => $l, 'RedisQueue' => $q] as $class => $object) {
         $params = $m->getParameters();
         foreach ($params as $i => $p) {
             $args = array_map(fn($q) => match ((string) $q->getType()) {
-                'int', '?int' => 1, 'float', '?float' => 1.0, default => 'x',
+                'int', '?int' => 1, 'float', '?float' => 1.0, 'array', '?array' => [],
+                'callable' => 'strlen', default => 'x',
             }, $params);
             $args[$i] = new stdClass();
             $call = $m->getName() === '__construct'
