@@ -876,6 +876,10 @@ fn describe(e: ext_php_rs::error::Error) -> String {
 struct Signals {
     dispatch: Option<ZendCallable<'static>>,
     previous: Vec<(i64, Zval)>,
+    /// `pcntl_async_signals()` before: it is on while `work()` runs, so that
+    /// a signal is handled at once, inside a long handler too (the first
+    /// SIGINT then sets the second one to kill).
+    was_async: Option<Zval>,
 }
 
 impl Signals {
@@ -883,6 +887,7 @@ impl Signals {
         let mut me = Self {
             dispatch: None,
             previous: Vec::new(),
+            was_async: None,
         };
         if ZendCallable::try_from_name("pcntl_signal").is_err() {
             return me;
@@ -900,6 +905,7 @@ impl Signals {
             }
         }
         me.dispatch = ZendCallable::try_from_name("pcntl_signal_dispatch").ok();
+        me.was_async = call("pcntl_async_signals", vec![&true]);
         me
     }
 
@@ -913,6 +919,9 @@ impl Signals {
     fn restore(&self) {
         for (sig, previous) in &self.previous {
             call("pcntl_signal", vec![sig, previous]);
+        }
+        if let Some(was) = &self.was_async {
+            call("pcntl_async_signals", vec![was]);
         }
     }
 }

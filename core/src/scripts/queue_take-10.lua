@@ -19,7 +19,7 @@
 --   registered);
 --   {-1, pttl} while a legacy client holds the queue lock (nothing done).
 local K = queue_keys()
-local mode, count, me, channel = ARGV[1], tonumber(ARGV[2]), ARGV[5], ARGV[4]
+local mode, count, me, channel = ARGV[1], ARGV[2], ARGV[5], ARGV[4]
 local busy = legacy_queue_lock(K.legacy, ARGV[3])
 if busy then return {-1, busy} end
 local now, now_text = now_s()
@@ -45,25 +45,35 @@ end
 local has_waiters = redis.call('EXISTS', K.waiters) == 1
 local items = redis.call('ZRANGEBYSCORE', K.queue, '-inf', now_text, 'WITHSCORES', 'LIMIT', '0', count)
 if has_waiters then prune_waiters(K.waiters, K.leases, math.floor(now * 1000)) end
+-- As a number too (exact up to 2^53; a count beyond that is "all").
+local wanted = math.min(tonumber(count), 2 ^ 53)
 local ids, scores = {}, {}
-for i = 1, #items, 2 do
-  ids[#ids + 1] = items[i]
-  scores[#scores + 1] = items[i + 1]
-end
-if #ids > 0 and redis.call('EXISTS', K.inflight) == 1 then
-  -- Queued and in flight at once (a legacy enqueue): wait for the reservation.
-  local flying = scores_of(K.inflight, ids)
-  local kept_ids, kept_scores = {}, {}
-  for i, id in ipairs(ids) do
+local check = redis.call('EXISTS', K.inflight) == 1
+for _ = 1, 8 do
+  local found, found_scores = {}, {}
+  for i = 1, #items, 2 do
+    found[#found + 1] = items[i]
+    found_scores[#found_scores + 1] = items[i + 1]
+  end
+  -- Queued and in flight at once (a legacy enqueue): it waits for the
+  -- reservation, and the next due task is taken instead.
+  local flying = {}
+  if check and #found > 0 then flying = scores_of(K.inflight, found) end
+  local conflicts = 0
+  for i, id in ipairs(found) do
     if flying[i] then
       redis.call('ZREM', K.queue, id)
-      remember_pending(K, id, scores[i], nil)
+      remember_pending(K, id, found_scores[i], nil)
+      conflicts = conflicts + 1
     else
-      kept_ids[#kept_ids + 1] = id
-      kept_scores[#kept_scores + 1] = scores[i]
+      ids[#ids + 1] = id
+      scores[#scores + 1] = found_scores[i]
     end
   end
-  ids, scores = kept_ids, kept_scores
+  if conflicts == 0 or #ids >= wanted then break end
+  -- Those kept are still first in the queue: read on after them.
+  items = redis.call('ZRANGEBYSCORE', K.queue, '-inf', now_text, 'WITHSCORES', 'LIMIT',
+    digits(#ids), digits(wanted - #ids))
 end
 if #ids == 0 then
   if me ~= '' then register_waiter(K.waiters, K.leases, me, math.floor(now * 1000000), tonumber(ARGV[6])) end
