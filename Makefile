@@ -104,13 +104,24 @@ dist: ## sdist + abi3 manylinux_2_17 wheels (x86_64; aarch64 if its Rust std is 
 	[ $$built -gt 0 ] || { echo "make dist: no wheel built" >&2; exit 1; }
 	@ls -l $(DIST)/ferrolock-*
 
+# The servers `make test` runs every suite against (FERROLOCK_TEST_SERVER, read
+# by core/src/testing.rs and tests/support/servers.py). Both passes always
+# run; a failure in either fails the target.
+TEST_SERVERS ?= redis valkey
+
 .PHONY: test
-test: setup lint php python ## Lint, then run every test (Rust, Python, PHP, cross-language) against real redis-servers
-	cargo test -p ferrolock
-	$(PYTHON) -m pytest tests
+test: setup lint php python ## Lint, then run every test (Rust, Python, PHP, cross-language) against real Redis and Valkey servers
+	@failed=""; for s in $(TEST_SERVERS); do \
+	  echo "== make test: Rust suite against $$s =="; \
+	  FERROLOCK_TEST_SERVER=$$s cargo test -p ferrolock || failed="$$failed $$s/rust"; \
+	  echo "== make test: Python, PHP and cross-language suite against $$s =="; \
+	  FERROLOCK_TEST_SERVER=$$s $(PYTHON) -m pytest tests || failed="$$failed $$s/python"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "make test: FAILED:$$failed"; exit 1; fi; \
+	echo "make test: every suite passed against: $(TEST_SERVERS)"
 
 .PHONY: test-fast
-test-fast: ## Run the tests without rebuilding or installing anything
+test-fast: ## Run the tests without rebuilding or installing anything (FERROLOCK_TEST_SERVER=valkey for Valkey)
 	cargo test -p ferrolock
 	$(PYTHON) -m pytest tests -x
 
@@ -130,9 +141,13 @@ stubs: php python ## Check the Python and PHP stubs against the built modules (m
 demo: setup php python ## Demo: Python and PHP workers share a lock and a queue on a throwaway redis-server
 	$(PYTHON) scripts/demo.py
 
+# `make bench BENCH_SERVER=valkey` benchmarks against Valkey; BENCH_ARGS is passed
+# to bench/run.py (e.g. BENCH_ARGS="--only uncontended,contention --runs 3").
+BENCH_SERVER ?= redis
+
 .PHONY: bench
-bench: setup php python ## Benchmarks vs redis-py, python-redis-lock and a legacy PHP lock -> bench/results/
-	$(PYTHON) bench/run.py
+bench: setup php python ## Benchmarks vs redis-py, python-redis-lock, a legacy PHP lock, huey, RQ -> bench/results/
+	$(PYTHON) bench/run.py --server $(BENCH_SERVER) $(BENCH_ARGS)
 
 .PHONY: clean
 clean: ## Remove build products

@@ -68,6 +68,9 @@ impl fmt::Display for ErrorKind {
 pub struct Error {
     kind: ErrorKind,
     message: String,
+    /// The command may have run on the server although its reply was lost
+    /// (see [`Error::outcome_unknown`]).
+    outcome_unknown: bool,
     #[source]
     source: Option<redis::RedisError>,
 }
@@ -81,6 +84,7 @@ impl Error {
         Self {
             kind,
             message: message.into(),
+            outcome_unknown: false,
             source: None,
         }
     }
@@ -99,13 +103,28 @@ impl Error {
         Self {
             kind,
             message,
+            outcome_unknown: false,
             source: Some(err),
         }
+    }
+
+    /// Marks the error as one after which the command may have run on the
+    /// server (its reply was lost).
+    pub(crate) fn with_outcome_unknown(mut self) -> Self {
+        self.outcome_unknown = true;
+        self
     }
 
     /// Returns the same error with `context` prepended to its message.
     pub(crate) fn context(mut self, context: &str) -> Self {
         self.message = format!("{context}: {}", self.message);
+        self
+    }
+
+    /// Returns the same error with `note` appended to its message (what
+    /// happens next, say).
+    pub(crate) fn context_after(mut self, note: &str) -> Self {
+        self.message = format!("{}; {note}", self.message);
         self
     }
 
@@ -143,6 +162,16 @@ impl Error {
     /// True when the caller interrupted a wait.
     pub fn is_interrupted(&self) -> bool {
         self.kind == ErrorKind::Interrupted
+    }
+
+    /// True when the command may have run on the server although no reply
+    /// came: the round trip failed after the command was sent (a read timeout,
+    /// the connection dropped, a broken reply). The caller cannot tell from
+    /// the error whether the command took effect; ferrolock settles such
+    /// outcomes itself where it can (see the `settle` module). False for
+    /// errors before anything was sent and for the server's own error replies.
+    pub fn outcome_unknown(&self) -> bool {
+        self.outcome_unknown
     }
 
     /// True when the error says nothing about the state in Redis but only about

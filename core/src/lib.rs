@@ -28,6 +28,7 @@
 //! renewal finds it gone or none succeeded within its TTL.
 #![warn(missing_docs)]
 
+mod budget;
 mod client;
 mod config;
 mod error;
@@ -36,6 +37,7 @@ pub mod keys;
 mod lock;
 mod queue;
 mod scripts;
+mod settle;
 mod signals;
 mod sync;
 pub mod validate;
@@ -60,4 +62,5 @@ pub use queue::{
     DEFAULT_MAX_ATTEMPTS, DEFAULT_VISIBILITY, Finish, Heartbeat, Outcome, Queue, QueueOptions,
     QueueStats, Step, Task, Worker, WorkerOptions,
 };
+pub use settle::{pending_settlements, wait_settled};
 pub use wait::Wait;

@@ -1,6 +1,10 @@
-//! Automatic renewal of held locks: one background thread per process.
+//! Automatic renewal of held locks (and of anything else that expires unless
+//! renewed, such as a queue task's reservation): one background thread per
+//! process.
 //!
-//! Every held lock with `auto_renew` has a [`Lease`]. The thread wakes when the
+//! Every held lock with `auto_renew` has a [`Lease`]; what a lease renews is
+//! a [`Renew`]: the script call that sets its remaining time, answering 1
+//! (renewed) or 0 (no longer ours). The thread wakes when the
 //! earliest lease is due (every ttl/3), renews *all* leases of one client that
 //! are due within the next short window in a single pipelined round trip (one
 //! thread per client when several are due, so an unreachable server does not
@@ -22,7 +26,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::client::Client;
-use crate::scripts::{self, LOCK_EXTEND};
+use crate::scripts::{self, Call};
 use crate::sync::LockUnpoisoned;
 
 /// Renewals due within this window of the earliest are batched with it.
@@ -31,12 +35,17 @@ const BATCH_WINDOW: Duration = Duration::from_millis(50);
 /// Retry interval after a failed renewal round trip (capped by ttl/10).
 const RETRY_AFTER_ERROR: Duration = Duration::from_millis(200);
 
-/// One held lock the watchdog keeps alive.
+/// What a [`Lease`] renews.
+pub(crate) trait Renew: Send + Sync {
+    /// The script call that sets the remaining time to `ttl_ms` if (and only
+    /// if) the hold is still ours; it answers 1 when renewed, 0 when not ours.
+    fn call(&self, ttl_ms: u64) -> Call;
+}
+
+/// One held lock (or reservation) the watchdog keeps alive.
 pub(crate) struct Lease {
     client: Client,
-    key: Vec<u8>,
-    fence: Vec<u8>,
-    token: String,
+    renew: Box<dyn Renew>,
     ttl_ms: AtomicU64,
     lost: AtomicBool,
     active: AtomicBool,
@@ -48,18 +57,10 @@ pub(crate) struct Lease {
 
 impl Lease {
     /// A lease for a hold taken just now.
-    pub(crate) fn new(
-        client: Client,
-        key: Vec<u8>,
-        fence: Vec<u8>,
-        token: String,
-        ttl: Duration,
-    ) -> Arc<Self> {
+    pub(crate) fn new(client: Client, renew: Box<dyn Renew>, ttl: Duration) -> Arc<Self> {
         Arc::new(Self {
             client,
-            key,
-            fence,
-            token,
+            renew,
             ttl_ms: AtomicU64::new(crate::validate::millis(ttl)),
             lost: AtomicBool::new(false),
             active: AtomicBool::new(true),
@@ -342,12 +343,7 @@ fn renew_batch(leases: Vec<Arc<Lease>>) -> Vec<(Arc<Lease>, Renewal)> {
     let calls: Vec<_> = leases
         .iter()
         .zip(&ttls)
-        .map(|(l, ttl_ms)| {
-            LOCK_EXTEND
-                .call(&[&l.key, &l.fence])
-                .arg(&l.token)
-                .arg(*ttl_ms)
-        })
+        .map(|(l, ttl_ms)| l.renew.call(*ttl_ms))
         .collect();
     let sent = Instant::now();
     let replies = client.run("lock renewal", |conn| scripts::query_batch(conn, &calls));

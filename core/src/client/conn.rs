@@ -5,6 +5,7 @@
 //! a leaf: it knows the configuration, not the pools built from it.
 
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use redis::{Cmd, ConnectionInfo, ConnectionLike, RedisResult, Value};
 
@@ -13,8 +14,16 @@ use crate::config::Config;
 /// A server's host and port (a cluster node, the Sentinel master).
 pub(crate) type Node = (String, u16);
 
-/// A connection of either kind.
-pub(crate) enum Conn {
+/// A pooled connection: its link, and the read/write timeout its socket has
+/// now (set again only when a call's budget needs a shorter one: a
+/// `setsockopt` per round trip would be a system call beyond the wire).
+pub(crate) struct Conn {
+    link: Link,
+    timeout: Duration,
+}
+
+/// The connection of either kind inside a [`Conn`].
+pub(crate) enum Link {
     /// One server (standalone or the Sentinel master).
     Single(redis::Connection),
     /// A cluster connection (routes by key, follows MOVED/ASK).
@@ -22,17 +31,48 @@ pub(crate) enum Conn {
 }
 
 impl Conn {
+    /// Wraps `link`, whose socket timeouts are `timeout`.
+    pub(super) fn new(link: Link, timeout: Duration) -> Self {
+        Self { link, timeout }
+    }
+
+    /// The connection inside, for what differs by kind (pipelines, a PING
+    /// in front of a script).
+    pub(crate) fn link(&mut self) -> &mut Link {
+        &mut self.link
+    }
+
+    /// Sets the socket read and write timeouts to `timeout` unless they are
+    /// that already.
+    pub(super) fn fit_timeout(&mut self, timeout: Duration) -> RedisResult<()> {
+        if timeout == self.timeout {
+            return Ok(());
+        }
+        match &self.link {
+            Link::Single(c) => {
+                c.set_read_timeout(Some(timeout))?;
+                c.set_write_timeout(Some(timeout))?;
+            }
+            Link::Cluster(c) => {
+                c.set_read_timeout(Some(timeout))?;
+                c.set_write_timeout(Some(timeout))?;
+            }
+        }
+        self.timeout = timeout;
+        Ok(())
+    }
+
     fn inner(&mut self) -> &mut dyn ConnectionLike {
-        match self {
-            Conn::Single(c) => c,
-            Conn::Cluster(c) => c.as_mut(),
+        match &mut self.link {
+            Link::Single(c) => c,
+            Link::Cluster(c) => c.as_mut(),
         }
     }
 
     fn inner_ref(&self) -> &dyn ConnectionLike {
-        match self {
-            Conn::Single(c) => c,
-            Conn::Cluster(c) => c.as_ref(),
+        match &self.link {
+            Link::Single(c) => c,
+            Link::Cluster(c) => c.as_ref(),
         }
     }
 }
@@ -83,19 +123,34 @@ pub(super) fn single_client(info: &ConnectionInfo, config: &Config) -> RedisResu
     }
 }
 
-/// Socket options of every connection to a data node: `TCP_NODELAY`, as in
-/// redis-py and hiredis. Our commands are one write each, but Nagle's
-/// algorithm would hold back a second small write (a pipelined command, an
-/// UNSUBSCRIBE followed by the next SUBSCRIBE) until the first is
-/// acknowledged.
+/// Socket options of every connection to a data node:
+///
+/// - `TCP_NODELAY`, as in redis-py and hiredis. Our commands are one write
+///   each, but Nagle's algorithm would hold back a second small write (a
+///   pipelined command, an UNSUBSCRIBE followed by the next SUBSCRIBE) until
+///   the first is acknowledged.
+/// - `SO_LINGER` 0: closing the socket resets the connection and discards
+///   what the kernel has not sent yet. A connection is closed after a round
+///   trip failed; without this, the rest of a command whose write timed out
+///   would still go out after the caller was told it failed. (A command the
+///   server has already received still runs: Linux keeps received data
+///   readable after a reset, tested with a paused redis-server. Lost replies
+///   are settled instead: see `settle.rs`.) It also spares closed
+///   connections the TIME-WAIT state.
 pub(super) fn tcp_settings() -> redis::io::tcp::TcpSettings {
-    redis::io::tcp::TcpSettings::default().set_nodelay(true)
+    redis::io::tcp::TcpSettings::default()
+        .set_nodelay(true)
+        .set_linger_time(Duration::ZERO)
 }
 
-/// Connects `client` within the connect timeout, with the command timeout
-/// set for reads and writes.
-pub(super) fn open(client: &redis::Client, config: &Config) -> RedisResult<redis::Connection> {
-    let conn = client.get_connection_with_timeout(config.connect_timeout)?;
+/// Connects `client` within `connect_timeout`, with the command timeout set
+/// for reads and writes.
+pub(super) fn open(
+    client: &redis::Client,
+    config: &Config,
+    connect_timeout: Duration,
+) -> RedisResult<redis::Connection> {
+    let conn = client.get_connection_with_timeout(connect_timeout)?;
     conn.set_read_timeout(Some(config.command_timeout))?;
     conn.set_write_timeout(Some(config.command_timeout))?;
     Ok(conn)
@@ -108,6 +163,15 @@ pub(super) fn tcp_addr(info: &ConnectionInfo) -> Option<Node> {
         | redis::ConnectionAddr::TcpTls { host, port, .. } => Some((host.clone(), *port)),
         _ => None,
     }
+}
+
+/// True when a round trip that failed like this may have run on the server:
+/// the command was sent and no reply was read (a timeout, a dropped
+/// connection, a signal cutting the read short), or the reply could not be
+/// read. False for the server's own error replies.
+pub(crate) fn may_have_run(e: &redis::RedisError) -> bool {
+    use redis::ErrorKind as K;
+    matches!(e.kind(), K::Io | K::Parse | K::UnexpectedReturnType)
 }
 
 /// A reused connection that fails like this was closed while idle.

@@ -21,10 +21,13 @@ use std::time::{Duration, Instant};
 
 use redis::{FromRedisValue, RedisResult};
 
-use self::conn::{Conn, install_crypto_provider, is_failover, is_stale, open, single_client};
+use self::conn::{
+    Conn, Link, install_crypto_provider, is_failover, is_stale, may_have_run, open, single_client,
+};
 use self::pool::Pool;
 use self::sentinel::{MasterView, Next};
 use self::topology::cluster_client;
+use crate::budget::Budget;
 use crate::config::{Config, Target};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sync::LockUnpoisoned;
@@ -191,31 +194,60 @@ impl Client {
         self.run(context, |c| cmd.query(c))
     }
 
-    /// Runs `op` on a pooled connection.
-    ///
-    /// Errors are mapped with `context` (e.g. `lock "orders"`). A connection
-    /// that fails is discarded; when a *reused* connection turns out to be dead
-    /// (the server restarted or closed it while idle) the operation is retried
-    /// once on a fresh connection — the dead socket cannot have delivered it.
+    /// The budget of a call that does not wait: one command timeout from now.
+    pub(crate) fn one_call(&self) -> Budget {
+        Budget::one_call(self.inner.config.command_timeout)
+    }
+
+    /// Runs `op` on a pooled connection within one command timeout (see
+    /// [`Client::run_within`]).
     pub(crate) fn run<T>(
         &self,
         context: &str,
+        op: impl FnMut(&mut Conn) -> RedisResult<T>,
+    ) -> Result<T> {
+        self.run_within(self.one_call(), context, op)
+    }
+
+    /// Runs `op` on a pooled connection, connecting and reading within
+    /// `budget` (see `budget.rs`): each round trip's socket timeouts are the
+    /// command timeout or the time left, whichever is shorter, and nothing
+    /// starts once the budget is spent.
+    ///
+    /// Errors are mapped with `context` (e.g. `lock "orders"`). A connection
+    /// that fails is discarded (reset: see `tcp_settings`); when a *reused*
+    /// connection turns out to be dead (the server restarted or closed it
+    /// while idle) the operation is retried once on a fresh connection — the
+    /// dead socket cannot have delivered it. An error after which the
+    /// command may have run is marked [`Error::outcome_unknown`].
+    pub(crate) fn run_within<T>(
+        &self,
+        budget: Budget,
+        context: &str,
         mut op: impl FnMut(&mut Conn) -> RedisResult<T>,
     ) -> Result<T> {
-        let (mut conn, reused, epoch) = self.checkout().map_err(|e| e.context(context))?;
-        match deferring_signals(|| op(&mut conn)) {
+        if budget.is_spent() {
+            return Err(self.spent(context));
+        }
+        let (mut conn, reused, epoch) = self.checkout(budget).map_err(|e| e.context(context))?;
+        match self.round_trip(&mut conn, budget, &mut op) {
             Ok(v) => {
                 self.inner.pool.put(conn, epoch);
+                crate::settle::server_answered(self.pool_id());
                 Ok(v)
             }
             Err(e) if reused && (is_stale(&e) || is_failover(&e)) => {
                 drop(conn);
                 self.forget_topology(&e);
                 let epoch = self.inner.pool.state().epoch;
-                let mut fresh = self.connect().map_err(|e| e.context(context))?;
-                match deferring_signals(|| op(&mut fresh)) {
+                if budget.is_spent() {
+                    return Err(self.spent(context));
+                }
+                let mut fresh = self.connect(budget).map_err(|e| e.context(context))?;
+                match self.round_trip(&mut fresh, budget, &mut op) {
                     Ok(v) => {
                         self.inner.pool.put(fresh, epoch);
+                        crate::settle::server_answered(self.pool_id());
                         Ok(v)
                     }
                     Err(e) => Err(self.failed(fresh, epoch, e, context)),
@@ -225,26 +257,57 @@ impl Client {
         }
     }
 
+    /// One use of `conn` by `op`, its socket timeouts fitted to `budget`.
+    fn round_trip<T>(
+        &self,
+        conn: &mut Conn,
+        budget: Budget,
+        op: &mut impl FnMut(&mut Conn) -> RedisResult<T>,
+    ) -> RedisResult<T> {
+        conn.fit_timeout(budget.cap(self.inner.config.command_timeout))?;
+        deferring_signals(|| op(conn))
+    }
+
+    /// The error of a call whose budget is spent before a round trip could
+    /// start (nothing was sent).
+    fn spent(&self, context: &str) -> Error {
+        Error::new(
+            ErrorKind::Timeout,
+            format!(
+                "{context}: timed out: no time left for a round trip to {} (the call's \
+                 timeout, plus one command timeout of {:?}, has passed)",
+                self.redacted_url(),
+                self.inner.config.command_timeout
+            ),
+        )
+    }
+
     fn failed(&self, conn: Conn, epoch: u64, e: redis::RedisError, context: &str) -> Error {
         // A server error reply leaves the connection usable; anything else
         // (I/O, timeout, protocol) leaves it in an unknown state.
+        let unknown = may_have_run(&e);
         if e.is_io_error() || e.is_timeout() || e.is_unrecoverable_error() || is_failover(&e) {
             self.forget_topology(&e);
         } else {
             self.inner.pool.put(conn, epoch);
         }
-        Error::from_redis(context, e)
+        let err = Error::from_redis(context, e);
+        if unknown {
+            err.with_outcome_unknown()
+        } else {
+            err
+        }
     }
 
     /// A connection, whether it was pooled, and the pool's epoch when it
     /// was taken (for [`Pool::put`]).
-    fn checkout(&self) -> Result<(Conn, bool, u64)> {
+    fn checkout(&self, budget: Budget) -> Result<(Conn, bool, u64)> {
         if matches!(self.inner.backend, Backend::Sentinel) {
             self.master_client()?; // re-asks the sentinels once their answer is old
         }
         match self.inner.pool.take() {
             (Some(conn), epoch) => Ok((conn, true, epoch)),
-            (None, epoch) => Ok((self.connect()?, false, epoch)),
+            (None, epoch) => Ok((self.connect(budget)?, false, epoch)),
         }
     }
 
@@ -262,25 +325,23 @@ impl Client {
         }
     }
 
-    /// Opens a new connection of the deployment's kind.
-    fn connect(&self) -> Result<Conn> {
+    /// Opens a new connection of the deployment's kind, within `budget`
+    /// (a cluster connection within its own connect timeout: the redis
+    /// crate connects to the nodes as it needs them).
+    fn connect(&self, budget: Budget) -> Result<Conn> {
         let cfg = &self.inner.config;
         let ctx = cfg.redacted_url();
-        match &self.inner.backend {
-            Backend::Single(client) => open(client, cfg)
-                .map(Conn::Single)
-                .map_err(|e| Error::from_redis(ctx, e)),
+        let connect_timeout = budget.cap(cfg.connect_timeout);
+        let link = match &self.inner.backend {
+            Backend::Single(client) => open(client, cfg, connect_timeout).map(Link::Single),
             Backend::Sentinel => {
                 let client = self.master_client()?;
-                open(&client, cfg)
-                    .map(Conn::Single)
-                    .map_err(|e| Error::from_redis(ctx, e))
+                open(&client, cfg, connect_timeout).map(Link::Single)
             }
-            Backend::Cluster(client) => client
-                .get_connection()
-                .map(|c| Conn::Cluster(Box::new(c)))
-                .map_err(|e| Error::from_redis(ctx, e)),
-        }
+            Backend::Cluster(client) => client.get_connection().map(|c| Link::Cluster(Box::new(c))),
+        };
+        link.map(|link| Conn::new(link, cfg.command_timeout))
+            .map_err(|e| Error::from_redis(ctx, e))
     }
 
     /// Sentinel: the client of the current master, asking the sentinels when

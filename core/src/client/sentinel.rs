@@ -275,7 +275,11 @@ impl Resolver {
             // timeout on a master that hangs.
             let settings = node.clone().set_skip_set_lib_name();
             let info = node_info(host, port, &settings, *tls)?;
-            open(&single_client(&info, config)?, config)
+            open(
+                &single_client(&info, config)?,
+                config,
+                config.connect_timeout,
+            )
         })?;
         node_info(&host, port, node, *tls)
             .and_then(|info| single_client(&info, config))

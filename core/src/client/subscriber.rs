@@ -91,7 +91,12 @@ impl Client {
             }
             (Backend::Cluster(_), None) => unreachable!("cluster subscribers have a node"),
         };
-        let conn = open(&client, &self.inner.config).map_err(|e| Error::from_redis(ctx, e))?;
+        let conn = open(
+            &client,
+            &self.inner.config,
+            self.inner.config.connect_timeout,
+        )
+        .map_err(|e| Error::from_redis(ctx, e))?;
         Ok(Subscriber {
             conn,
             node,

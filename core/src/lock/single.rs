@@ -2,19 +2,22 @@
 //! master or a Cluster).
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::fence::{self, Fence};
 use super::waiter::LockWaiter;
 use super::{DistributedLock, LockOptions, Tried, extend_call, not_owned, release_call};
+use crate::budget::Budget;
 use crate::client::Client;
-use crate::client::conn::Conn;
+use crate::client::conn::Link;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::{LockKeys, label, new_token};
+use crate::scripts::Call;
+use crate::settle::Settlement;
 use crate::sync::LockUnpoisoned;
 use crate::validate;
 use crate::wait::{self, Interrupt, Wait, WaitSpec};
-use crate::watchdog::{self, Lease};
+use crate::watchdog::{self, Lease, Renew};
 
 /// A distributed lock on one name.
 pub struct Lock {
@@ -134,13 +137,11 @@ impl Lock {
             self.confirm_replicas(&token)?;
         }
         let lease = self.opts.auto_renew.then(|| {
-            let lease = Lease::new(
-                self.client.clone(),
-                self.keys.lock.clone(),
-                self.keys.fence.clone(),
-                token.clone(),
-                self.opts.ttl,
-            );
+            let renew = Box::new(RenewHold {
+                keys: self.keys.clone(),
+                token: token.clone(),
+            });
+            let lease = Lease::new(self.client.clone(), renew, self.opts.ttl);
             watchdog::register(lease.clone());
             lease
         });
@@ -255,9 +256,9 @@ impl Lock {
     /// [`Call::query_behind_ping`]: crate::scripts::Call::query_behind_ping
     fn release_token(&self, token: &str, hand_over: bool) -> Result<bool> {
         let call = release_call(&self.keys, token);
-        let released: i64 = self.client.run(&self.label, |c| match c {
-            Conn::Single(con) if hand_over => call.query_behind_ping(con),
-            c => call.query(c),
+        let released: i64 = self.client.run(&self.label, |c| match c.link() {
+            Link::Single(con) if hand_over => call.query_behind_ping(con),
+            _ => call.query(c),
         })?;
         Ok(released == 1)
     }
@@ -281,26 +282,41 @@ impl Lock {
         let Some(held) = held else {
             return Err(self.not_owned("it is not held"));
         };
+        // Renewal stops now, whatever the release's outcome: a hold that is
+        // being released must never be kept alive (a failed release in a
+        // failover would otherwise wedge the name for the life of the process).
+        if let Some(lease) = &held.lease {
+            watchdog::unregister(lease);
+        }
+        let budget = self.client.one_call();
         match self.release_token(&held.token, held.waited) {
-            Ok(released) => {
-                if let Some(lease) = &held.lease {
-                    watchdog::unregister(lease);
-                }
-                if released {
-                    Ok(())
-                } else {
-                    self.state.lock_unpoisoned().lost = true;
-                    Err(self.not_owned("it expired or another owner took it before the release"))
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                self.state.lock_unpoisoned().lost = true;
+                Err(self.not_owned("it expired or another owner took it before the release"))
+            }
+            Err(e) if e.is_transient() => {
+                // The release may or may not have run. The object forgets the
+                // hold (a new acquire works at once); the token is released
+                // again within the call's time if the server answers, else by
+                // the keeper once it does; at the latest the key expires by
+                // its TTL.
+                let settlement = Box::new(ReleaseHold {
+                    client: self.client.clone(),
+                    keys: self.keys.clone(),
+                    token: held.token,
+                    horizon: Instant::now() + self.opts.ttl,
+                    label: self.label.clone(),
+                });
+                match crate::settle::settle_or_defer(settlement, budget) {
+                    Ok(()) => Ok(()),
+                    Err(_) => Err(e.context_after(
+                        "the release is completed in the background once the server answers \
+                         (the key expires by its TTL at the latest)",
+                    )),
                 }
             }
-            Err(e) => {
-                // Unknown outcome: keep believing we hold it, so a retry can release.
-                let mut st = self.state.lock_unpoisoned();
-                if st.held.is_none() {
-                    st.held = Some(held);
-                }
-                Err(e)
-            }
+            Err(e) => Err(e),
         }
     }
 
@@ -504,3 +520,48 @@ const _: () = {
     const fn send_sync<T: Send + Sync>() {}
     send_sync::<Lock>();
 };
+
+/// What the watchdog renews for a held lock: its token-checked extend.
+struct RenewHold {
+    keys: LockKeys,
+    token: String,
+}
+
+impl Renew for RenewHold {
+    fn call(&self, ttl_ms: u64) -> Call {
+        extend_call(&self.keys, &self.token, ttl_ms)
+    }
+}
+
+/// A release whose reply was lost: the token is released once the server
+/// answers (compare-and-delete, handing the lock to the next waiter), or
+/// found no longer holding the lock. Either way the token holds nothing
+/// afterwards. Dropped once the hold would have expired anyway.
+struct ReleaseHold {
+    client: Client,
+    keys: LockKeys,
+    token: String,
+    horizon: Instant,
+    label: String,
+}
+
+impl Settlement for ReleaseHold {
+    fn settle(&self, budget: Budget) -> Result<()> {
+        let call = release_call(&self.keys, &self.token);
+        self.client
+            .run_within(budget, &self.label, |c| call.query::<i64>(c))
+            .map(drop)
+    }
+
+    fn horizon(&self) -> Instant {
+        self.horizon
+    }
+
+    fn describe(&self) -> String {
+        format!("release of {}", self.label)
+    }
+
+    fn client_id(&self) -> *const () {
+        self.client.pool_id()
+    }
+}

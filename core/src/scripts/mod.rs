@@ -12,7 +12,7 @@ use std::sync::LazyLock;
 use redis::{Cmd, ConnectionLike, FromRedisValue, RedisResult, ToRedisArgs};
 
 use crate::client::Client;
-use crate::client::conn::Conn;
+use crate::client::conn::{Conn, Link};
 use crate::error::Result;
 
 /// One Lua script, hashed once.
@@ -131,15 +131,15 @@ fn is_noscript(e: &redis::RedisError) -> bool {
 /// for the same arguments: the batch is of token-checked extends).
 pub(crate) fn query_batch(conn: &mut Conn, calls: &[Call]) -> RedisResult<Vec<redis::Value>> {
     let run = |conn: &mut Conn| -> RedisResult<Vec<redis::Value>> {
-        match conn {
-            Conn::Single(c) => {
+        match conn.link() {
+            Link::Single(c) => {
                 let mut pipe = redis::pipe();
                 for call in calls {
                     pipe.add_command(call.cmd.clone());
                 }
                 pipe.query(c)
             }
-            Conn::Cluster(c) => {
+            Link::Cluster(c) => {
                 let mut pipe = redis::cluster::cluster_pipe();
                 for call in calls {
                     pipe.add_command(call.cmd.clone());

@@ -6,6 +6,7 @@
 mod common;
 
 mod basic;
+mod faults;
 mod fencing;
 mod waiting;
 mod watchdog;
