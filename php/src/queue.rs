@@ -466,7 +466,7 @@ impl RedisQueue {
             else {
                 return Ok(false);
             };
-            let touched = queue.touch(&id, &receipt, visibility).map(|d| d.is_some());
+            let touched = queue.touch(&id, &receipt, visibility);
             Ok(settle(touched)?.unwrap_or(false))
         })
     }

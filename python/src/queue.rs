@@ -137,9 +137,7 @@ impl PyTask {
         }
         let (queue, task) = (self.queue.clone(), self.task.clone());
         quick(py, move || {
-            queue
-                .touch(&task.id, task.receipt.as_deref().unwrap_or(""), visibility)
-                .map(|d| d.is_some())
+            queue.touch(&task.id, task.receipt.as_deref().unwrap_or(""), visibility)
         })
     }
 

@@ -20,21 +20,20 @@ mod take;
 mod task;
 mod worker;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use redis::Value;
 
 pub use self::dead::QueueStats;
 pub use self::heartbeat::Heartbeat;
-use self::reply::{float, int_at};
+use self::reply::int_at;
 pub use self::take::Step;
 pub use self::task::{Finish, Task};
 pub use self::worker::{Outcome, Worker, WorkerOptions};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::keys::{DEFAULT_LOCK_PREFIX, DEFAULT_QUEUE_PREFIX, QueueKeys, label};
-use crate::scripts::{QUEUE_ACK, QUEUE_DEQUEUE, QUEUE_ENQUEUE, QUEUE_NACK, QUEUE_TOUCH};
+use crate::scripts::{QUEUE_ACK, QUEUE_DEQUEUE, QUEUE_ENQUEUE, QUEUE_NACK};
 use crate::validate;
 use crate::wait::{self, Interrupt};
 
@@ -342,56 +341,43 @@ impl Queue {
     }
 
     /// Extends a reservation (a heartbeat): it now ends `visibility` from now
-    /// (default: the visibility it was reserved with). Returns the new
-    /// deadline (unix s), or `None` when the reservation is no longer ours.
-    pub fn touch(
-        &self,
-        id: &[u8],
-        receipt: &str,
-        visibility: Option<Duration>,
-    ) -> Result<Option<f64>> {
+    /// (default: the visibility it was reserved with — for a receipt of an
+    /// older ferrolock, the queue's). False when the reservation is no
+    /// longer ours.
+    pub fn touch(&self, id: &[u8], receipt: &str, visibility: Option<Duration>) -> Result<bool> {
         let rid = self.rid(id, receipt)?;
-        let visibility = visibility
-            .map(|v| validate::lifetime(v, "visibility"))
-            .transpose()?;
-        let call = QUEUE_TOUCH
-            .call(&[&self.keys.inflight, &self.keys.receipts])
-            .arg(id)
-            .arg(rid)
-            .arg(
-                visibility
-                    .map(validate::millis)
-                    .map(|ms| ms.to_string())
-                    .unwrap_or_default(),
-            )
-            .arg(validate::millis(self.opts.visibility));
-        let reply: Vec<Value> = call.run(&self.client, &self.label)?;
-        if int_at(&reply, 0) != 1 {
-            return Ok(None);
-        }
-        reply
-            .get(1)
-            .map(float)
-            .transpose()
-            .map_err(|e| e.context(&self.label))
+        let visibility = match visibility {
+            Some(v) => validate::lifetime(v, "visibility")?,
+            None => self.opts.visibility,
+        };
+        let call = heartbeat::touch_call(
+            &self.keys.inflight,
+            &self.keys.receipts,
+            id,
+            rid,
+            validate::millis(visibility),
+        );
+        let touched: i64 = call.run(&self.client, &self.label)?;
+        Ok(touched == 1)
     }
 
     /// Keeps the reservation of `task` alive in the background (a touch
-    /// every third of its visibility) until the returned guard is dropped or
-    /// stopped.
-    pub fn keep_alive(self: &Arc<Self>, task: &Task) -> Result<Heartbeat> {
+    /// every third of its visibility, by the watchdog) until the returned
+    /// guard is dropped or stopped.
+    pub fn keep_alive(&self, task: &Task) -> Result<Heartbeat> {
         let receipt = task
             .receipt
-            .clone()
+            .as_deref()
             .ok_or_else(|| Error::invalid("only a reserved task can be kept alive"))?;
-        self.rid(&task.id, &receipt)?;
+        let rid = self.rid(&task.id, receipt)?;
         let visibility = task.visibility.unwrap_or(self.opts.visibility);
-        Ok(heartbeat::start(Arc::new(heartbeat::Touch {
-            queue: self.clone(),
-            id: task.id.clone(),
-            receipt,
+        Ok(heartbeat::start(
+            &self.client,
+            &self.keys,
+            &task.id,
+            rid,
             visibility,
-        })))
+        ))
     }
 
     /// Number of queued tasks, due or delayed (reserved ones not counted).
