@@ -21,6 +21,7 @@
 //! {t}Queue:<name>:dead          zset    task id -> when it used its last attempt
 //! {t}Queue:<name>:pending       hash    task id -> "<score>[|<payload>]": enqueued
 //!                                       while in flight, queued when that ends
+//! {t}Queue:<name>:r:<rid>       string  what the take <rid> took (5 min), or 'x'
 //! {t}Queue:<name>:waiters       zset    consumers waiting for work
 //! {t}Queue:<name>:leases        zset    their lease deadlines
 //! ```
@@ -141,6 +142,9 @@ pub(crate) struct QueueKeys {
     pub dead: Vec<u8>,
     /// Enqueues of ids that were in flight, applied when the reservation ends.
     pub pending: Vec<u8>,
+    /// Prefix of the takes' records (`+ <rid>`): what a take took, kept so
+    /// that a take whose reply was lost can be answered again or given up.
+    pub records: Vec<u8>,
     /// Consumers waiting for work.
     pub waiters: Vec<u8>,
     /// Their lease deadlines.
@@ -163,6 +167,7 @@ impl QueueKeys {
             payloads: join(&aux, b"payloads"),
             dead: join(&aux, b"dead"),
             pending: join(&aux, b"pending"),
+            records: join(&aux, b"r:"),
             waiters: join(&aux, b"waiters"),
             leases: join(&aux, b"leases"),
             channel: join(&aux, b"wake:"),

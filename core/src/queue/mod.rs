@@ -14,13 +14,15 @@
 mod dead;
 mod heartbeat;
 mod legacy;
+mod lost;
 mod receipt;
 mod reply;
 mod take;
 mod task;
 mod worker;
 
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use redis::Value;
 
@@ -34,6 +36,7 @@ use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::keys::{DEFAULT_LOCK_PREFIX, DEFAULT_QUEUE_PREFIX, QueueKeys, label};
 use crate::scripts::{QUEUE_ACK, QUEUE_DEQUEUE, QUEUE_ENQUEUE, QUEUE_NACK};
+use crate::sync::LockUnpoisoned;
 use crate::validate;
 use crate::wait::{self, Interrupt};
 
@@ -138,7 +141,12 @@ pub struct Queue {
     opts: QueueOptions,
     /// Scripts check the legacy queue lock (not on a cluster: another slot).
     check_legacy: &'static str,
+    /// Takes whose replies arrived: the next take deletes their records.
+    received: Mutex<Vec<String>>,
 }
+
+/// Records the next take deletes at most (older ones expire by their TTL).
+const RECEIVED_MAX: usize = 32;
 
 impl std::fmt::Debug for Queue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -158,7 +166,22 @@ impl Queue {
             check_legacy: if client.is_cluster() { "0" } else { "1" },
             client: client.clone(),
             opts,
+            received: Mutex::new(Vec::new()),
         })
+    }
+
+    /// The take `rid` got its reply: its record can go.
+    fn reply_received(&self, rid: String) {
+        let mut r = self.received.lock_unpoisoned();
+        if r.len() >= RECEIVED_MAX {
+            r.remove(0);
+        }
+        r.push(rid);
+    }
+
+    /// The rids whose records the next take deletes (taken off the list).
+    fn received_rids(&self) -> Vec<String> {
+        std::mem::take(&mut *self.received.lock_unpoisoned())
     }
 
     /// The queue's name.
@@ -301,23 +324,42 @@ impl Queue {
     /// [`Queue::enqueue`]). False when the reservation was lost (it expired
     /// and went back to the queue, maybe to another consumer, whose claim is
     /// left untouched). A receipt that is not this task's is an
-    /// invalid argument.
+    /// invalid argument. See [`Queue::ack_valid`] for a lost reply.
     pub fn ack(&self, id: &[u8], receipt: &str) -> Result<bool> {
+        self.ack_valid(id, receipt, None)
+    }
+
+    /// [`Queue::ack`], knowing until when the reservation is ours
+    /// (`valid_until`: [`Task::valid_until`], later if kept alive). An ack is
+    /// idempotent: when its reply is lost it is sent again within the call's
+    /// time, and one that then finds the reservation gone reports the first
+    /// one's success if the reservation was still valid when that was sent.
+    /// Out of time, it is sent again once the server answers, and the
+    /// `ConnectionError` says so.
+    pub fn ack_valid(
+        &self,
+        id: &[u8],
+        receipt: &str,
+        valid_until: Option<Instant>,
+    ) -> Result<bool> {
         let rid = self.rid(id, receipt)?;
-        let call = QUEUE_ACK
-            .call(&self.task_keys())
-            .arg(id)
-            .arg(rid)
-            .arg(&self.keys.channel);
-        let acked: i64 = call.run(&self.client, &self.label)?;
-        Ok(acked == 1)
+        let make = || {
+            QUEUE_ACK
+                .call(&self.task_keys())
+                .arg(id)
+                .arg(rid)
+                .arg(&self.keys.channel)
+        };
+        let reply = self.finish_once(&make, "ack", valid_until)?;
+        Ok(int_at(&reply, 0) == 1)
     }
 
     /// Gives a reserved task back, due `delay` seconds from now, or after its
     /// backoff when `None`; a reservation that was the task's last attempt
     /// sends it to the dead set instead. False when the reservation was lost.
     /// Waits for a legacy client's queue lock as [`Queue::enqueue`] does (up
-    /// to the queue's `legacy_lock_timeout`).
+    /// to the queue's `legacy_lock_timeout`). A lost reply: as
+    /// [`Queue::ack_valid`], see [`Queue::nack_valid`].
     pub fn nack(
         &self,
         id: &[u8],
@@ -325,19 +367,83 @@ impl Queue {
         delay: Option<f64>,
         interrupt: Option<Interrupt<'_>>,
     ) -> Result<bool> {
+        self.nack_valid(id, receipt, delay, None, interrupt)
+    }
+
+    /// [`Queue::nack`], knowing until when the reservation is ours (see
+    /// [`Queue::ack_valid`]).
+    pub fn nack_valid(
+        &self,
+        id: &[u8],
+        receipt: &str,
+        delay: Option<f64>,
+        valid_until: Option<Instant>,
+        interrupt: Option<Interrupt<'_>>,
+    ) -> Result<bool> {
         let rid = self.rid(id, receipt)?;
         let delay = delay.map(|d| validate::offset(d, "delay")).transpose()?;
-        let call = QUEUE_NACK
-            .call(&self.task_keys())
-            .arg(id)
-            .arg(rid)
-            .arg(delay.map(|d| d.to_string()).unwrap_or_default())
-            .arg(self.check_legacy)
-            .arg(&self.keys.channel);
+        let delay = delay.map(|d| d.to_string()).unwrap_or_default();
+        let make = || {
+            QUEUE_NACK
+                .call(&self.task_keys())
+                .arg(id)
+                .arg(rid)
+                .arg(&delay)
+                .arg(self.check_legacy)
+                .arg(&self.keys.channel)
+        };
         let reply = self.legacy_retry(None, interrupt, || {
-            call.run::<Vec<Value>>(&self.client, &self.label)
+            self.finish_once(&make, "nack", valid_until)
         })?;
         Ok(int_at(&reply, 0) > 0)
+    }
+
+    /// Runs the ack or nack `make()` builds (its reply's first integer: 1 or
+    /// more done, 0 not ours, -1 a legacy lock), sending it again when its
+    /// reply is lost (see `lost.rs`).
+    fn finish_once(
+        &self,
+        make: &dyn Fn() -> crate::scripts::Call,
+        what: &'static str,
+        valid_until: Option<Instant>,
+    ) -> Result<Vec<Value>> {
+        let budget = self.client.one_call();
+        let sent = Instant::now();
+        let call = make();
+        let run = || {
+            self.client
+                .run_within(budget, &self.label, |c| call.query::<Value>(c))
+                .map(|v| match v {
+                    Value::Array(list) => list,
+                    one => vec![one],
+                })
+        };
+        let err = match run() {
+            Err(e) if e.outcome_unknown() => e,
+            other => return other,
+        };
+        match run() {
+            Ok(reply) if int_at(&reply, 0) == 0 && valid_until.is_some_and(|v| sent < v) => {
+                // Gone while it was still ours when the first was sent: the
+                // first one did it.
+                Ok(vec![Value::Int(1)])
+            }
+            Ok(reply) => Ok(reply),
+            Err(_) => {
+                let settlement = Box::new(lost::Resend {
+                    client: self.client.clone(),
+                    call: make(),
+                    what,
+                    horizon: valid_until.unwrap_or_else(|| Instant::now() + self.opts.visibility),
+                    label: self.label.clone(),
+                });
+                let _ = crate::settle::settle_or_defer(settlement, lost::no_time());
+                Err(err.context_after(&format!(
+                    "the {what} is sent again once the server answers (a reservation that \
+                     ended meanwhile is left alone)"
+                )))
+            }
+        }
     }
 
     /// Extends a reservation (a heartbeat): it now ends `visibility` from now
@@ -357,7 +463,16 @@ impl Queue {
             rid,
             validate::millis(visibility),
         );
-        let touched: i64 = call.run(&self.client, &self.label)?;
+        // A touch is idempotent: a lost reply is sent again within the call's time.
+        let budget = self.client.one_call();
+        let run = || {
+            self.client
+                .run_within(budget, &self.label, |c| call.query::<i64>(c))
+        };
+        let touched = match run() {
+            Err(e) if e.outcome_unknown() => run().map_err(|_| e)?,
+            other => other?,
+        };
         Ok(touched == 1)
     }
 

@@ -7,13 +7,12 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use super::Queue;
-use super::receipt;
-use super::reply::{Taken, parse_take, parse_tasks};
+use super::reply::{Taken, int_at, parse_take, parse_tasks};
 use super::task::{Finish, Mode, Task};
+use super::{Queue, lost, receipt};
 use crate::error::Result;
 use crate::keys::new_token;
-use crate::scripts::{QUEUE_LEAVE, QUEUE_TAKE, QUEUE_TOP};
+use crate::scripts::{Call, QUEUE_LEAVE, QUEUE_TAKE, QUEUE_TOP};
 use crate::validate;
 use crate::wait::{self, Attempt, Interrupt, Wait, WaitSpec};
 
@@ -153,15 +152,16 @@ impl Queue {
         );
         let attempt = |waiter: &str| -> Result<Taken> {
             let k = &self.keys;
-            let rid = if mode == Mode::Reserve {
-                new_token()
-            } else {
-                String::new()
-            };
+            let rid = new_token();
+            let mut record = k.records.clone();
+            record.extend_from_slice(rid.as_bytes());
+            let mut keys = self.task_keys().to_vec();
+            keys.push(&record);
             let this_finish = pending_finish.get();
             let (how, id, finish_rid, delay) = this_finish.unwrap_or(("", b"", "", None));
-            let call = QUEUE_TAKE
-                .call(&self.task_keys())
+            let received = self.received_rids();
+            let mut call = QUEUE_TAKE
+                .call(&keys)
                 .arg(mode)
                 .arg(count)
                 .arg(self.check_legacy)
@@ -178,7 +178,11 @@ impl Queue {
                 .arg(how)
                 .arg(id)
                 .arg(finish_rid)
-                .arg(delay.map(|d| d.to_string()).unwrap_or_default());
+                .arg(delay.map(|d| d.to_string()).unwrap_or_default())
+                .arg(&k.records);
+            for r in &received {
+                call = call.arg(r);
+            }
             // While waiting for work, a legacy queue lock may hold us as long as the wait.
             let legacy_wait = match deadline {
                 Some(d) => d
@@ -189,8 +193,12 @@ impl Queue {
             };
             let sent = Instant::now();
             let reply = self.legacy_retry(Some(legacy_wait), interrupt, || {
-                call.run::<Vec<Value>>(&self.client, &self.label)
+                self.run_take(&call, &keys, &rid, wait, deadline, interrupt)
             })?;
+            // The script recorded what it did: the record goes with the next take.
+            if int_at(&reply, 0) == 1 || this_finish.is_some() {
+                self.reply_received(rid.clone());
+            }
             let reserved = visibility.map(|v| (rid.as_str(), v, sent));
             let taken = parse_take(&reply, reserved).map_err(|e| e.context(&self.label))?;
             if this_finish.is_some() {
@@ -234,6 +242,64 @@ impl Queue {
             &waiter,
         )?;
         Ok(step(got.unwrap_or_default()))
+    }
+
+    /// Runs a take. When its reply is lost, the same call (same rid) is
+    /// sent again while the caller's wait lasts: the take's record answers
+    /// it, or it runs then. Out of time (or interrupted), the take is given
+    /// up: what it may have taken goes back to the queue, at once or by the
+    /// keeper once the server answers (see `lost.rs`).
+    fn run_take(
+        &self,
+        call: &Call,
+        keys: &[&[u8]],
+        rid: &str,
+        wait: Wait,
+        deadline: Option<Instant>,
+        interrupt: Option<Interrupt<'_>>,
+    ) -> Result<Vec<Value>> {
+        let mut last = match call.run::<Vec<Value>>(&self.client, &self.label) {
+            Err(e) if e.outcome_unknown() => e,
+            other => return other,
+        };
+        for n in 0.. {
+            let pause = lost::resend_pause(n);
+            let time_left = match wait {
+                Wait::Forever => true,
+                Wait::For(_) => deadline.is_some_and(|d| Instant::now() + pause < d),
+                Wait::Try => false,
+            };
+            if !time_left {
+                break;
+            }
+            if let Err(e) = wait::pause(pause, interrupt) {
+                self.give_up_take(keys, rid);
+                return Err(e);
+            }
+            match call.run::<Vec<Value>>(&self.client, &self.label) {
+                Ok(reply) => return Ok(reply),
+                // Whatever this one did, the first may have run: still unknown.
+                Err(e) => last = e,
+            }
+        }
+        self.give_up_take(keys, rid);
+        Err(last.with_outcome_unknown().context_after(
+            "what the call may have taken goes back to the queue once the server answers",
+        ))
+    }
+
+    /// Gives up the take `rid` (see `lost.rs`), by the keeper: the caller's
+    /// time is up.
+    fn give_up_take(&self, keys: &[&[u8]], rid: &str) {
+        let settlement = Box::new(lost::GiveUpTake {
+            client: self.client.clone(),
+            keys: keys.iter().map(|k| k.to_vec()).collect(),
+            rid: rid.to_owned(),
+            channel: self.keys.channel.clone(),
+            horizon: Instant::now() + lost::RECORD_TTL,
+            label: self.label.clone(),
+        });
+        let _ = crate::settle::settle_or_defer(settlement, lost::no_time());
     }
 
     fn leave(&self, waiter: &str) -> Result<()> {

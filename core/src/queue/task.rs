@@ -30,6 +30,13 @@ pub struct Task {
 }
 
 impl Task {
+    /// For a reserved task: until when its reservation is ours at least (the
+    /// reserve's send time plus its visibility; a touch or a heartbeat makes
+    /// it longer).
+    pub fn valid_until(&self) -> Option<Instant> {
+        Some(self.sent? + self.visibility?)
+    }
+
     /// A task `id` with `score` and nothing else.
     pub(crate) fn new(id: Vec<u8>, score: f64) -> Self {
         Self {

@@ -160,12 +160,18 @@ impl Worker {
         let Some((task, beat)) = self.current.take() else {
             return Ok(());
         };
+        // Kept alive until now: ours at least a little longer.
+        let valid = match &beat {
+            Some(b) if !b.is_lost() => Some(std::time::Instant::now() + Duration::from_millis(100)),
+            _ => task.valid_until(),
+        };
         drop(beat);
         let receipt = task.receipt.as_deref().unwrap_or_default();
+        let q = &self.queue;
         match outcome {
-            Outcome::Done => self.queue.ack(&task.id, receipt),
-            Outcome::Failed => self.queue.nack(&task.id, receipt, None, interrupt),
-            Outcome::Retry(d) => self.queue.nack(&task.id, receipt, Some(d), interrupt),
+            Outcome::Done => q.ack_valid(&task.id, receipt, valid),
+            Outcome::Failed => q.nack_valid(&task.id, receipt, None, valid, interrupt),
+            Outcome::Retry(d) => q.nack_valid(&task.id, receipt, Some(d), valid, interrupt),
         }
         .map(drop)
     }

@@ -35,7 +35,8 @@ pub(crate) static LOCK_FENCE: LazyLock<LuaScript> = lua!("lock_fence-1.lua");
 pub(crate) static LOCK_DRAW_FENCE: LazyLock<LuaScript> = lua!("lock_draw_fence-2.lua");
 pub(crate) static LOCK_LEAVE: LazyLock<LuaScript> = lua!("lock_leave-4.lua");
 pub(crate) static QUEUE_ENQUEUE: LazyLock<LuaScript> = lua!("queue_enqueue-10.lua");
-pub(crate) static QUEUE_TAKE: LazyLock<LuaScript> = lua!("queue_take-10.lua");
+pub(crate) static QUEUE_TAKE: LazyLock<LuaScript> = lua!("queue_take-11.lua");
+pub(crate) static QUEUE_SETTLE: LazyLock<LuaScript> = lua!("queue_settle-11.lua");
 pub(crate) static QUEUE_TOP: LazyLock<LuaScript> = lua!("queue_top-10.lua");
 pub(crate) static QUEUE_DEQUEUE: LazyLock<LuaScript> = lua!("queue_dequeue-4.lua");
 pub(crate) static QUEUE_ACK: LazyLock<LuaScript> = lua!("queue_ack-10.lua");
@@ -252,7 +253,7 @@ mod tests {
                 &["grant_next", "next_fence", "now_us"][..],
             ),
             (
-                "queue_take-10.lua",
+                "queue_take-11.lua",
                 &[
                     "register_waiter",
                     "wake_waiters",

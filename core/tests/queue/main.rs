@@ -7,6 +7,7 @@ mod common;
 
 mod basic;
 mod dead;
+mod faults;
 mod payloads;
 mod reliable;
 mod worker;

@@ -4,20 +4,35 @@
 -- take the next), and it ends the reservations whose visibility ran out.
 -- An id that is in flight (a legacy client queued it again) is not handed
 -- out: it is remembered as enqueued again, as enqueue does.
+-- Every take has a request id (rid: the receipt of the tasks it reserves).
+-- What it took is recorded under `record` (`<aux>r:<rid>`, 5 minutes), so
+-- that a take whose reply was lost can be answered again: the same rid sent
+-- again (a client retrying, the cluster client resending after an I/O
+-- error) gets the recorded reply and takes nothing more; a record set to
+-- 'x' (a tombstone: queue_settle gave the tasks back) answers {-2}. The
+-- client sends the rids whose replies it got, and their records go.
 -- KEYS: queue, legacy queue lock (or the queue), inflight, receipts, waiters, leases,
---       attempts, payloads, dead, pending
+--       attempts, payloads, dead, pending, record
 -- ARGV: 1 mode, 2 count, 3 check_legacy, 4 channel prefix, 5 waiter_id ('' = do not
---       register), 6 lease_ms, and for reserve: 7 visibility_ms, 8 rid, 9 max_attempts
+--       register), 6 lease_ms, 7 visibility_ms (reserve), 8 rid, 9 max_attempts
 --       (0: unlimited), 10 backoff_ms, 11 backoff_cap_ms, 12 jitter ratio, 13 jitter
 --       seed in [0, 1); then 14 finish ('', 'ack', 'nack'), 15 its id, 16 its rid,
---       17 its delay ('' = backoff)
+--       17 its delay ('' = backoff); 18 the records' key prefix, 19... rids whose
+--       replies arrived
 -- Returns {1, {id, score, ...}, payloads, attempts, deadline, finished}, where
 --   payloads and attempts are lists (false: none) or 0 when no task has any,
 --   deadline is the visibility deadline of reserved tasks ('' for pop), and
 --   finished what the finish answered (ack: 1/0, nack: 1/2/0; -1: none);
 --   {0, next_work_at, now, 0, '', finished} when nothing is due (the waiter is
 --   registered);
---   {-1, pttl} while a legacy client holds the queue lock (nothing done).
+--   {-1, pttl} while a legacy client holds the queue lock (nothing done);
+--   {-2} when the rid's take was given up (a tombstone).
+local recorded = redis.call('GET', KEYS[11])
+if recorded then
+  if recorded == 'x' then return {-2} end
+  return cmsgpack.unpack(recorded)[2]
+end
+for i = 19, #ARGV do redis.call('DEL', ARGV[18] .. ARGV[i]) end
 local K = queue_keys()
 local mode, count, me, channel = ARGV[1], ARGV[2], ARGV[5], ARGV[4]
 local busy = legacy_queue_lock(K.legacy, ARGV[3])
@@ -28,7 +43,11 @@ if mode == 'pop' and ARGV[14] == ''
   -- The common case of a legacy-style queue: no reservation, payload,
   -- attempt or waiting consumer anywhere.
   local items = redis.call('ZRANGEBYSCORE', K.queue, '-inf', now_text, 'WITHSCORES', 'LIMIT', '0', count)
-  if #items > 0 then return {1, remove_taken(K.queue, items), 0, 0, '', -1} end
+  if #items > 0 then
+    local reply = {1, remove_taken(K.queue, items), 0, 0, '', -1}
+    redis.call('SET', KEYS[11], cmsgpack.pack({mode, reply}), 'PX', '300000')
+    return reply
+  end
 end
 
 -- slow path (build.rs defines the helpers used below here)
@@ -77,7 +96,12 @@ for _ = 1, 8 do
 end
 if #ids == 0 then
   if me ~= '' then register_waiter(K.waiters, K.leases, me, math.floor(now * 1000000), tonumber(ARGV[6])) end
-  return {0, next_work_at(K.queue, K.inflight), now_text, 0, '', finished}
+  local reply = {0, next_work_at(K.queue, K.inflight), now_text, 0, '', finished}
+  if finished ~= -1 then
+    -- The finish is done: a resent take must not do it again.
+    redis.call('SET', KEYS[11], cmsgpack.pack({mode, reply}), 'PX', '300000')
+  end
+  return reply
 end
 if has_waiters then
   if me ~= '' then remove_waiter(K.waiters, K.leases, me) end
@@ -92,7 +116,9 @@ end
 remove_taken(K.queue, items)
 if mode ~= 'reserve' then
   local payloads, attempts = task_data(K, ids, true)
-  return {1, items, payloads, attempts, '', finished}
+  local reply = {1, items, payloads, attempts, '', finished}
+  redis.call('SET', KEYS[11], cmsgpack.pack({mode, reply}), 'PX', '300000')
+  return reply
 end
 local payloads, attempts = task_data(K, ids, false)
 local deadline = float_text(now + tonumber(ARGV[7]) / 1000)
@@ -121,4 +147,6 @@ if #flying > 0 then
   redis.call('ZADD', K.inflight, unpack(flying))
   redis.call('HSET', K.receipts, unpack(held))
 end
-return {1, items, payloads, counts, deadline, finished}
+local reply = {1, items, payloads, counts, deadline, finished}
+redis.call('SET', KEYS[11], cmsgpack.pack({mode, reply}), 'PX', '300000')
+return reply
