@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ext_php_rs::convert::FromZval;
 use ext_php_rs::exception::PhpResult;
@@ -38,7 +38,15 @@ pub struct RedisQueue {
     /// attempts, backoff), from the constructor's array.
     opts: QueueOptions,
     queues: HashMap<Vec<u8>, Arc<Queue>>,
+    /// Until when the reservations this object handed out (and touched) are
+    /// ours at least, by receipt: an ack or nack whose reply is lost is
+    /// judged by it (see `Queue::ack_valid`).
+    valid: HashMap<String, Instant>,
 }
+
+/// Receipts whose validity an object remembers (the oldest are forgotten:
+/// their acks are judged as from an unknown receipt).
+const VALID_MAX: usize = 4096;
 
 /// Set by `RedisQueue::stop()` (and the signal handlers `work()` installs):
 /// every `work()` loop of this process stops after the task at hand.
@@ -214,6 +222,7 @@ impl RedisQueue {
                 client,
                 opts,
                 queues: HashMap::new(),
+                valid: HashMap::new(),
             })
         })
     }
@@ -400,7 +409,12 @@ impl RedisQueue {
                 return Ok(fail());
             };
             match settle(queue.reserve_many(n, visibility, wait, None))? {
-                Some(tasks) => tasks_zval(&tasks, count, Shape::Reserved),
+                Some(tasks) => {
+                    for t in &tasks {
+                        self.remember(t);
+                    }
+                    tasks_zval(&tasks, count, Shape::Reserved)
+                }
                 None => Ok(fail()),
             }
         })
@@ -416,7 +430,8 @@ impl RedisQueue {
                 return Ok(false);
             };
             let receipt = String::from_utf8_lossy(&receipt).into_owned();
-            Ok(settle(queue.ack(&id, &receipt))?.unwrap_or(false))
+            let valid = self.valid.remove(&receipt);
+            Ok(settle(queue.ack_valid(&id, &receipt, valid))?.unwrap_or(false))
         })
     }
 
@@ -437,7 +452,8 @@ impl RedisQueue {
                 return Ok(false);
             };
             let receipt = String::from_utf8_lossy(&receipt).into_owned();
-            Ok(settle(queue.nack(&id, &receipt, delay, None))?.unwrap_or(false))
+            let valid = self.valid.remove(&receipt);
+            Ok(settle(queue.nack_valid(&id, &receipt, delay, valid, None))?.unwrap_or(false))
         })
     }
 
@@ -466,8 +482,13 @@ impl RedisQueue {
             else {
                 return Ok(false);
             };
-            let touched = queue.touch(&id, &receipt, visibility);
-            Ok(settle(touched)?.unwrap_or(false))
+            let sent = Instant::now();
+            let touched = settle(queue.touch(&id, &receipt, visibility))?.unwrap_or(false);
+            if touched {
+                let v = visibility.unwrap_or(self.opts.visibility);
+                self.valid.insert(receipt, sent + v);
+            }
+            Ok(touched)
         })
     }
 
@@ -649,6 +670,20 @@ impl RedisQueue {
 }
 
 impl RedisQueue {
+    /// Remembers until when the reservation of `task` is ours.
+    fn remember(&mut self, task: &Task) {
+        if let (Some(receipt), Some(until)) = (&task.receipt, task.valid_until()) {
+            if self.valid.len() >= VALID_MAX {
+                let now = Instant::now();
+                self.valid.retain(|_, v| *v > now);
+                if self.valid.len() >= VALID_MAX {
+                    self.valid.clear();
+                }
+            }
+            self.valid.insert(receipt.clone(), until);
+        }
+    }
+
     /// `retryDead()` / `purgeDead()`.
     fn dead_op(
         &mut self,

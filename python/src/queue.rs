@@ -6,7 +6,7 @@
 //! last one in the same round trip, and keeps reservations alive.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ferrolock::{
     DEFAULT_BACKOFF, DEFAULT_BACKOFF_CAP, DEFAULT_BACKOFF_JITTER, DEFAULT_MAX_ATTEMPTS,
@@ -52,6 +52,21 @@ impl PyTask {
             beat: Mutex::new(None),
         }
     }
+
+    /// Until when the reservation is ours at least: while the `with` block's
+    /// heartbeat keeps it alive, now; else as reserved.
+    fn valid_until(&self) -> Option<Instant> {
+        let alive = self
+            .beat
+            .lock()
+            .ok()
+            .is_some_and(|b| b.as_ref().is_some_and(|b| !b.is_lost()));
+        if alive {
+            Some(Instant::now() + Duration::from_millis(100))
+        } else {
+            self.task.valid_until()
+        }
+    }
 }
 
 /// `delay` in seconds (`None` → the task's backoff).
@@ -93,6 +108,7 @@ impl PyTask {
 
     /// Acknowledge: done with this task.
     fn ack(&self, py: Python<'_>) -> PyResult<bool> {
+        let valid = self.valid_until();
         let (queue, task) = (self.queue.clone(), self.task.clone());
         match self.origin {
             Origin::Popped => Ok(true),
@@ -101,7 +117,7 @@ impl PyTask {
                 queue.dequeue(&task.id, task.score, None, hook)
             }),
             Origin::Reserved => quick(py, move || {
-                queue.ack(&task.id, task.receipt.as_deref().unwrap_or(""))
+                queue.ack_valid(&task.id, task.receipt.as_deref().unwrap_or(""), valid)
             }),
         }
     }
@@ -111,6 +127,7 @@ impl PyTask {
     #[pyo3(signature = (delay = None))]
     fn nack(&self, py: Python<'_>, delay: Option<f64>) -> PyResult<bool> {
         let delay = delay_arg(delay)?;
+        let valid = self.valid_until();
         let (queue, task) = (self.queue.clone(), self.task.clone());
         match self.origin {
             Origin::Popped => blocking(py, None, move |hook| {
@@ -120,7 +137,8 @@ impl PyTask {
             }),
             Origin::Peeked | Origin::Dead => Ok(false),
             Origin::Reserved => blocking(py, None, move |hook| {
-                queue.nack(&task.id, task.receipt.as_deref().unwrap_or(""), delay, hook)
+                let receipt = task.receipt.as_deref().unwrap_or("");
+                queue.nack_valid(&task.id, receipt, delay, valid, hook)
             }),
         }
     }
@@ -163,22 +181,27 @@ impl PyTask {
         tb: Option<Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
         let _ = (exc, tb);
+        let ok = !exc_type.is_some_and(|t| !t.is_none());
+        let result = if ok {
+            self.ack(py).map(drop)
+        } else {
+            self.nack(py, None).map(drop)
+        };
         if let Ok(mut slot) = self.beat.lock() {
-            slot.take(); // stops renewing before the reservation ends
+            slot.take(); // renewals stop once the reservation has ended
         }
-        if exc_type.is_some_and(|t| !t.is_none()) {
+        if !ok {
             // Best effort: if it fails, the visibility timeout returns the task.
             // A KeyboardInterrupt (or SystemExit) raised by a signal handler
             // while it waited is not an error of the nack: it goes on up.
-            if let Err(e) = self.nack(py, None)
+            if let Err(e) = result
                 && !e.is_instance_of::<PyException>(py)
             {
                 return Err(e);
             }
-        } else {
-            self.ack(py)?;
+            return Ok(false);
         }
-        Ok(false)
+        result.map(|()| false)
     }
 
     fn __repr__(&self) -> String {
