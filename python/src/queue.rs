@@ -181,7 +181,7 @@ impl PyTask {
         tb: Option<Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
         let _ = (exc, tb);
-        let ok = !exc_type.is_some_and(|t| !t.is_none());
+        let ok = exc_type.is_none_or(|t| t.is_none());
         let result = if ok {
             self.ack(py).map(drop)
         } else {
