@@ -134,6 +134,9 @@ class RedisQueue
      *        default 10; null: unlimited), 'backoff' (seconds, default 1),
      *        'backoff_cap' (default 300), 'backoff_jitter' (0 to 1, default
      *        0.5). These settings travel with each reservation.
+     *        'min_replicas' (default 0): an enqueue or ack returns once that
+     *        many replicas confirmed it (WAIT); a master with fewer refuses
+     *        at once with RedisLockException, writing nothing.
      */
     public function __construct(string|array|null $param = null) {}
 

@@ -54,7 +54,7 @@ static STOP: AtomicBool = AtomicBool::new(false);
 
 /// The queue settings a constructor array may hold besides the connection:
 /// `visibility`, `max_attempts` (null: unlimited), `backoff`, `backoff_cap`,
-/// `backoff_jitter`. Unknown keys are the connection's (see `connect.rs`).
+/// `backoff_jitter`, `min_replicas`. Unknown keys are the connection's (see `connect.rs`).
 fn queue_settings(param: Option<&Zval>, opts: &mut QueueOptions) -> PhpResult<()> {
     let Some(array) = param.and_then(Zval::array) else {
         return Ok(());
@@ -83,6 +83,13 @@ fn queue_settings(param: Option<&Zval>, opts: &mut QueueOptions) -> PhpResult<()
             "backoff" => opts.backoff = secs(&key, value, true)?,
             "backoff_cap" => opts.backoff_cap = secs(&key, value, true)?,
             "backoff_jitter" => opts.backoff_jitter = number(&key, value)?,
+            "min_replicas" => {
+                let n = value
+                    .long()
+                    .filter(|n| *n >= 0)
+                    .ok_or_else(|| bad(&key, "an int >= 0", value))?;
+                opts.min_replicas = u32::try_from(n).unwrap_or(u32::MAX);
+            }
             "max_attempts" if value.is_null() => opts.max_attempts = None,
             "max_attempts" => {
                 let n = value

@@ -260,6 +260,7 @@ class Queue:
         backoff: float = 1.0,  # DEFAULT_BACKOFF
         backoff_cap: float = 300.0,  # DEFAULT_BACKOFF_CAP
         backoff_jitter: float = 0.5,  # DEFAULT_BACKOFF_JITTER
+        min_replicas: int = 0,
     ) -> Self: ...
     def enqueue(
         self, ids: str | Iterable[str] | Mapping[str, str | bytes], *, delay: float = 0.0

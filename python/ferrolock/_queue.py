@@ -85,7 +85,10 @@ class Queue(_native.Queue):
     unlimited). backoff, backoff_cap, backoff_jitter: a failed task is due
     again after ``min(backoff_cap, backoff * 2**(attempts - 1))`` seconds, cut
     by a random fraction of up to ``backoff_jitter`` (defaults 1 s, 300 s,
-    0.5). These settings travel with each reservation. url: Redis URL
+    0.5). These settings travel with each reservation. min_replicas: an
+    enqueue or ack returns once that many replicas confirmed it (``WAIT``);
+    a master with fewer refuses at once (:class:`LockError`), writing nothing
+    (default 0: don't wait). url: Redis URL
     (default ``$REDIS_URL`` or ``redis://127.0.0.1:6379/0``). prefix: key
     prefix (default ``Queue:``).
 

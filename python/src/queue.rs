@@ -338,9 +338,9 @@ impl PyQueue {
                      max_attempts = Some(i64::from(DEFAULT_MAX_ATTEMPTS)),
                      backoff = DEFAULT_BACKOFF.as_secs_f64(),
                      backoff_cap = DEFAULT_BACKOFF_CAP.as_secs_f64(),
-                     backoff_jitter = DEFAULT_BACKOFF_JITTER),
+                     backoff_jitter = DEFAULT_BACKOFF_JITTER, min_replicas = 0),
         text_signature = "(name, *, url=None, prefix='Queue:', visibility=30.0, max_attempts=10, \
-                          backoff=1.0, backoff_cap=300.0, backoff_jitter=0.5)"
+                          backoff=1.0, backoff_cap=300.0, backoff_jitter=0.5, min_replicas=0)"
     )]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -352,6 +352,7 @@ impl PyQueue {
         backoff: f64,
         backoff_cap: f64,
         backoff_jitter: f64,
+        min_replicas: u32,
     ) -> PyResult<Self> {
         let name = str_bytes(name, "name")?;
         let mut opts = QueueOptions::default();
@@ -366,6 +367,7 @@ impl PyQueue {
         opts.backoff = seconds_arg(backoff, "backoff")?;
         opts.backoff_cap = seconds_arg(backoff_cap, "backoff_cap")?;
         opts.backoff_jitter = backoff_jitter;
+        opts.min_replicas = min_replicas;
         let queue = ferrolock::Queue::new(&client(url)?, &name, opts).py()?;
         Ok(Self {
             inner: Arc::new(queue),

@@ -124,3 +124,52 @@ def test_a_pause_in_the_middle_of_pop_reserve_and_ack_from_php(tmp_path):
         lines = out.splitlines()
         assert lines[:3] == ["error"] * 3, out
         assert '"due":19' in lines[3] and '"in_flight":0' in lines[3], out
+
+
+def attach_replica(master: RedisServer) -> RedisServer:
+    replica = RedisServer("--replicaof", "127.0.0.1", str(master.port))
+    until = time.monotonic() + 20
+    while b"connected_slaves:1" not in master.cmd("INFO", "replication"):
+        assert time.monotonic() < until, "the replica did not attach"
+        time.sleep(0.05)
+    return replica
+
+
+PHP_REPLICAS = """<?php
+$q = new RedisQueue(['url' => getenv('REDIS_URL'), 'min_replicas' => 1]);
+try {
+    $q->enqueue('jobs', 'a');
+    echo "no error\\n";
+} catch (RedisLockException $e) {
+    echo $e->getMessage(), "\\n";
+}
+"""
+
+
+def test_min_replicas_from_python_and_php(tmp_path):
+    with RedisServer() as master:
+        q = Queue("jobs", url=master.url, min_replicas=1)
+        with pytest.raises(ferrolock.LockError, match=r"0 connected replicas.*nothing was enqueued"):
+            q.enqueue("a")
+        script = tmp_path / "replicas.php"
+        script.write_text(PHP_REPLICAS)
+        if PHP_EXT.exists():
+            out = run_php(script, env={"REDIS_URL": master.url}).stdout
+            assert "nothing was enqueued" in out, out
+        replica = attach_replica(master)
+        try:
+            until = time.monotonic() + 5
+            while True:
+                try:
+                    q.enqueue(["a", "b"])
+                    break
+                except ferrolock.LockError:
+                    assert time.monotonic() < until, "never recovered"
+                    time.sleep(0.1)
+            assert replica.cmd("ZCARD", "Queue:jobs") == 2, "confirmed by the replica"
+            assert q.work(lambda t: None, wait=0) == 2, "acks confirmed too"
+            if PHP_EXT.exists():
+                out = run_php(script, env={"REDIS_URL": master.url}).stdout
+                assert "no error" in out, out
+        finally:
+            replica.close()

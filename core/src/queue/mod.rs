@@ -33,7 +33,8 @@ pub use self::take::Step;
 pub use self::task::{Finish, Task};
 pub use self::worker::{Outcome, Worker, WorkerOptions};
 use crate::client::Client;
-use crate::error::{Error, Result};
+use crate::client::conn::Conn;
+use crate::error::{Error, ErrorKind, Result};
 use crate::keys::{DEFAULT_LOCK_PREFIX, DEFAULT_QUEUE_PREFIX, QueueKeys, label};
 use crate::scripts::{QUEUE_ACK, QUEUE_DEQUEUE, QUEUE_ENQUEUE, QUEUE_NACK};
 use crate::sync::LockUnpoisoned;
@@ -92,6 +93,11 @@ pub struct QueueOptions {
     /// Each backoff is cut by a random fraction of up to this much (0 to 1;
     /// 0: exact), so tasks that failed together do not return together.
     pub backoff_jitter: f64,
+    /// Replicas that must confirm an enqueue or an ack (`WAIT`, up to four
+    /// fifths of the command timeout) before it returns, so that a failover
+    /// cannot lose it. A master known to have fewer fails the call at once,
+    /// writing nothing. 0: don't wait (the default).
+    pub min_replicas: u32,
 }
 
 impl Default for QueueOptions {
@@ -106,6 +112,7 @@ impl Default for QueueOptions {
             backoff: DEFAULT_BACKOFF,
             backoff_cap: DEFAULT_BACKOFF_CAP,
             backoff_jitter: DEFAULT_BACKOFF_JITTER,
+            min_replicas: 0,
         }
     }
 }
@@ -289,10 +296,73 @@ impl Queue {
                 call = call.arg(payload.unwrap_or_default());
             }
         }
+        self.replicas_present("enqueued")?;
+        let mut got = None;
         let reply = self.legacy_retry(legacy_timeout, interrupt, || {
-            call.run::<Vec<Value>>(&self.client, &self.label)
+            let (reply, n) = self.client.run(&self.label, |c| {
+                let reply: Vec<Value> = call.query(c)?;
+                let n = self.wait_replicas(c, int_at(&reply, 0) >= 0)?;
+                Ok((reply, n))
+            })?;
+            got = n;
+            Ok(reply)
         })?;
+        self.replicas_confirmed("enqueue", got)?;
         Ok(int_at(&reply, 0).max(0) as usize)
+    }
+
+    /// With `min_replicas`: fails (writing nothing) when the master is known
+    /// to have fewer replicas than that.
+    fn replicas_present(&self, what: &str) -> Result<()> {
+        let want = self.opts.min_replicas;
+        if want == 0 {
+            return Ok(());
+        }
+        let have = self.client.connected_replicas(want, &self.label)?;
+        if have < want {
+            return Err(Error::new(
+                ErrorKind::Quorum,
+                format!(
+                    "{}: the master has {have} connected replicas, fewer than min_replicas \
+                     ({want}): nothing was {what}",
+                    self.label
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// With `min_replicas`, after a write on `c` (when `wrote`): `WAIT` for
+    /// that many replicas, up to four fifths of the command timeout (so that
+    /// its answer comes before the read gives up). How many confirmed.
+    fn wait_replicas(&self, c: &mut Conn, wrote: bool) -> redis::RedisResult<Option<u32>> {
+        let want = self.opts.min_replicas;
+        if want == 0 || !wrote {
+            return Ok(None);
+        }
+        let timeout_ms = validate::millis(self.client.command_timeout() * 4 / 5);
+        let got: i64 = redis::cmd("WAIT").arg(want).arg(timeout_ms).query(c)?;
+        Ok(Some(u32::try_from(got).unwrap_or(0)))
+    }
+
+    /// Fails when fewer replicas than `min_replicas` confirmed `what`.
+    fn replicas_confirmed(&self, what: &str, got: Option<u32>) -> Result<()> {
+        let want = self.opts.min_replicas;
+        match got {
+            Some(n) if n < want => {
+                self.client.forget_replicas();
+                Err(Error::new(
+                    ErrorKind::Quorum,
+                    format!(
+                        "{}: the {what} is done on the master, but only {n} of the {want} \
+                         required replicas confirmed it in time: a failover may lose it \
+                         (doing it again is safe)",
+                        self.label
+                    ),
+                ))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Removes `id` if its score is still exactly `score` (a task queued again
@@ -350,6 +420,7 @@ impl Queue {
                 .arg(rid)
                 .arg(&self.keys.channel)
         };
+        self.replicas_present("acked")?;
         let reply = self.finish_once(&make, "ack", valid_until)?;
         Ok(int_at(&reply, 0) == 1)
     }
@@ -410,13 +481,20 @@ impl Queue {
         let budget = self.client.one_call();
         let sent = Instant::now();
         let call = make();
-        let run = || {
-            self.client
-                .run_within(budget, &self.label, |c| call.query::<Value>(c))
-                .map(|v| match v {
+        // An ack waits for `min_replicas` (a nack need not: lost in a
+        // failover, the reservation runs out and the task comes back).
+        let wait_for = what == "ack";
+        let run = || -> Result<Vec<Value>> {
+            let (reply, got) = self.client.run_within(budget, &self.label, |c| {
+                let reply = match call.query::<Value>(c)? {
                     Value::Array(list) => list,
                     one => vec![one],
-                })
+                };
+                let got = self.wait_replicas(c, wait_for && int_at(&reply, 0) == 1)?;
+                Ok((reply, got))
+            })?;
+            self.replicas_confirmed(what, got)?;
+            Ok(reply)
         };
         let err = match run() {
             Err(e) if e.outcome_unknown() => e,

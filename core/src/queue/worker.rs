@@ -6,7 +6,7 @@
 //! signals); [`Worker`] does everything else.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::Queue;
 use super::heartbeat::Heartbeat;
@@ -124,6 +124,23 @@ impl Worker {
         if let Some((_, Some(beat))) = &self.current {
             beat.stop();
         }
+        if self.queue.options().min_replicas > 0
+            && let Some((task, beat)) = self.current.take()
+        {
+            // Replicas must confirm the ack (`WAIT`), which the take's script
+            // cannot do: with `min_replicas` the finish is a call of its own,
+            // tried until the master has the replicas (a fail-fast refusal
+            // wrote nothing) or the ack is done.
+            let valid = validity(&task, beat);
+            let queue = self.queue.clone();
+            let ended = self.retrying(interrupt, log, |_| {
+                end(&queue, &task, outcome, valid, interrupt)
+            });
+            if let Err(e) = ended {
+                self.current = Some((task, None));
+                return Err(e);
+            }
+        }
         let visibility = self.opts.visibility;
         // The finish rides on a take that does not wait, so that it is
         // known to be done before any wait starts.
@@ -160,20 +177,8 @@ impl Worker {
         let Some((task, beat)) = self.current.take() else {
             return Ok(());
         };
-        // Kept alive until now: ours at least a little longer.
-        let valid = match &beat {
-            Some(b) if !b.is_lost() => Some(std::time::Instant::now() + Duration::from_millis(100)),
-            _ => task.valid_until(),
-        };
-        drop(beat);
-        let receipt = task.receipt.as_deref().unwrap_or_default();
-        let q = &self.queue;
-        match outcome {
-            Outcome::Done => q.ack_valid(&task.id, receipt, valid),
-            Outcome::Failed => q.nack_valid(&task.id, receipt, None, valid, interrupt),
-            Outcome::Retry(d) => q.nack_valid(&task.id, receipt, Some(d), valid, interrupt),
-        }
-        .map(drop)
+        let valid = validity(&task, beat);
+        end(&self.queue, &task, outcome, valid, interrupt)
     }
 
     fn hand_out(&mut self, task: Task) -> Result<Task> {
@@ -199,7 +204,10 @@ impl Worker {
                     self.troubles = 0;
                     return Ok(v);
                 }
-                Err(e) if e.is_transient() || e.kind() == ErrorKind::QueueLocked => {
+                Err(e)
+                    if e.is_transient()
+                        || matches!(e.kind(), ErrorKind::QueueLocked | ErrorKind::Quorum) =>
+                {
                     log(&e);
                     let pause = TROUBLE_PAUSE
                         .saturating_mul(1 << self.troubles.min(10))
@@ -211,4 +219,30 @@ impl Worker {
             }
         }
     }
+}
+
+/// Until when the reservation of `task` is ours at least: kept alive by
+/// `beat` until now, else as reserved. Stops the heartbeat.
+fn validity(task: &Task, beat: Option<Heartbeat>) -> Option<Instant> {
+    match &beat {
+        Some(b) if !b.is_lost() => Some(Instant::now() + Duration::from_millis(100)),
+        _ => task.valid_until(),
+    }
+}
+
+/// Ends the reservation of `task` as `outcome` says, on its own.
+fn end(
+    queue: &Queue,
+    task: &Task,
+    outcome: Outcome,
+    valid: Option<Instant>,
+    interrupt: Option<Interrupt<'_>>,
+) -> Result<()> {
+    let receipt = task.receipt.as_deref().unwrap_or_default();
+    match outcome {
+        Outcome::Done => queue.ack_valid(&task.id, receipt, valid),
+        Outcome::Failed => queue.nack_valid(&task.id, receipt, None, valid, interrupt),
+        Outcome::Retry(d) => queue.nack_valid(&task.id, receipt, Some(d), valid, interrupt),
+    }
+    .map(drop)
 }

@@ -10,6 +10,7 @@ mod dead;
 mod faults;
 mod payloads;
 mod reliable;
+mod replicas;
 mod worker;
 
 use ferrolock::Task;
