@@ -422,26 +422,30 @@ local function remove_taken(queue, items)
 end
 
 -- The values of `ids` in hash `key` (false where none), 1000 ids per HMGET
--- (unpack has a stack limit); with `forget`, deleted too.
-local function hash_values(key, ids, forget)
+-- (unpack has a stack limit).
+local function hash_values(key, ids)
   local out = {}
   for i = 1, #ids, 1000 do
-    local part = {unpack(ids, i, math.min(i + 999, #ids))}
-    local got = redis.call('HMGET', key, unpack(part))
-    for j = 1, #part do out[i + j - 1] = got[j] end
-    if forget then redis.call('HDEL', key, unpack(part)) end
+    local got = redis.call('HMGET', key, unpack(ids, i, math.min(i + 999, #ids)))
+    for j = 1, #got do out[i + j - 1] = got[j] end
   end
   return out
 end
 
 -- The payloads (false where none) and attempts of `ids` — 0 in place of a
--- list when the queue has none at all — and, with `forget`, deletes them
--- (the tasks leave the queue for good).
+-- list when none of them has any — and, with `forget`, deletes them (the
+-- tasks leave the queue for good).
 local function task_data(K, ids, forget)
-  local payloads, attempts = 0, 0
-  if redis.call('EXISTS', K.payloads) == 1 then payloads = hash_values(K.payloads, ids, forget) end
-  if redis.call('EXISTS', K.attempts) == 1 then attempts = hash_values(K.attempts, ids, forget) end
-  return payloads, attempts
+  local out = {}
+  for i, key in ipairs({K.payloads, K.attempts}) do
+    local values, any = hash_values(key, ids), false
+    for j = 1, #ids do any = any or values[j] end
+    if any and forget then
+      for j = 1, #ids, 1000 do redis.call('HDEL', key, unpack(ids, j, math.min(j + 999, #ids))) end
+    end
+    out[i] = any and values or 0
+  end
+  return out[1], out[2]
 end
 
 -- The earliest time (unix s, as a string) at which work may appear without

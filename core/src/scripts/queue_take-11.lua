@@ -67,7 +67,6 @@ if has_waiters then prune_waiters(K.waiters, K.leases, math.floor(now * 1000)) e
 -- As a number too (exact up to 2^53; a count beyond that is "all").
 local wanted = math.min(tonumber(count), 2 ^ 53)
 local ids, scores = {}, {}
-local check = redis.call('EXISTS', K.inflight) == 1
 for _ = 1, 8 do
   local found, found_scores = {}, {}
   for i = 1, #items, 2 do
@@ -77,7 +76,7 @@ for _ = 1, 8 do
   -- Queued and in flight at once (a legacy enqueue): it waits for the
   -- reservation, and the next due task is taken instead.
   local flying = {}
-  if check and #found > 0 then flying = scores_of(K.inflight, found) end
+  if #found > 0 then flying = scores_of(K.inflight, found) end
   local conflicts = 0
   for i, id in ipairs(found) do
     if flying[i] then
