@@ -155,6 +155,9 @@ pub struct Queue {
 /// Records the next take deletes at most (older ones expire by their TTL).
 const RECEIVED_MAX: usize = 32;
 
+/// Records deleted together.
+const RECEIVED_BATCH: usize = 16;
+
 impl std::fmt::Debug for Queue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Queue").field("name", &self.label).finish()
@@ -186,9 +189,15 @@ impl Queue {
         r.push(rid);
     }
 
-    /// The rids whose records the next take deletes (taken off the list).
+    /// The rids whose records the next take deletes (taken off the list),
+    /// sixteen at a time: one DEL per sixteen takes, sixteen small keys per
+    /// consumer at most (the rest expire).
     fn received_rids(&self) -> Vec<String> {
-        std::mem::take(&mut *self.received.lock_unpoisoned())
+        let mut r = self.received.lock_unpoisoned();
+        if r.len() < RECEIVED_BATCH {
+            return Vec::new();
+        }
+        std::mem::take(&mut *r)
     }
 
     /// The queue's name.

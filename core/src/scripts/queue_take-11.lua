@@ -32,7 +32,11 @@ if recorded then
   if recorded == 'x' then return {-2} end
   return cmsgpack.unpack(recorded)[2]
 end
-for i = 19, #ARGV do redis.call('DEL', ARGV[18] .. ARGV[i]) end
+if #ARGV >= 19 then
+  local gone = {}
+  for i = 19, #ARGV do gone[#gone + 1] = ARGV[18] .. ARGV[i] end
+  redis.call('DEL', unpack(gone))
+end
 local K = queue_keys()
 local mode, count, me, channel = ARGV[1], ARGV[2], ARGV[5], ARGV[4]
 local busy = legacy_queue_lock(K.legacy, ARGV[3])
@@ -50,9 +54,66 @@ if mode == 'pop' and ARGV[14] == ''
   end
 end
 
+-- The worker loop's common case, with no helper of the slow path (each
+-- would cost a closure per call): ack a reservation nobody enqueued again
+-- meanwhile, then reserve the one task due first, which is not in flight;
+-- no reservation expired, nobody waiting. Anything else goes the slow way
+-- below (which then does not finish again what this did).
+local finished, slow = -1, false
+local first_flying = mode == 'reserve' and count == '1' and ARGV[14] ~= 'nack'
+  and redis.call('ZRANGE', K.inflight, '0', '1', 'WITHSCORES')
+if first_flying and not (first_flying[2] and tonumber(first_flying[2]) <= now)
+    and redis.call('EXISTS', K.waiters) == 0 then
+  if ARGV[14] == 'ack' then
+    local id = ARGV[15]
+    local held = redis.call('HGET', K.receipts, id)
+    local rid, attempt, flags = string.match(held or '', '^([^/|]*)/(%d+)/[^|]*/(%a*)|')
+    if held and not rid then
+      slow = true -- a reservation of an older ferrolock
+    elseif rid ~= ARGV[16] then
+      finished = 0
+    elseif string.find(flags, 'e', 1, true) then
+      slow = true -- enqueued again while in flight
+    else
+      redis.call('ZREM', K.inflight, id)
+      redis.call('HDEL', K.receipts, id)
+      if string.find(flags, 'p', 1, true) then redis.call('HDEL', K.payloads, id) end
+      if tonumber(attempt) > 1 then redis.call('HDEL', K.attempts, id) end
+      finished = 1
+    end
+  end
+  local item = not slow and redis.call('ZRANGEBYSCORE', K.queue, '-inf', now_text, 'WITHSCORES', 'LIMIT', '0', '1')
+  -- In flight too (a legacy enqueue)? Only asked when anything was in
+  -- flight besides what was just acked (the first two tell).
+  local others = first_flying[3] or (first_flying[1] and first_flying[1] ~= ARGV[15])
+  local flying = item and item[1] and others and redis.call('ZSCORE', K.inflight, item[1])
+  if item and item[1] and not flying then
+    local id, score = item[1], item[2]
+    local payload, n = false, 1
+    local data = redis.call('EXISTS', K.payloads, K.attempts)
+    if data > 0 then
+      payload = redis.call('HGET', K.payloads, id)
+      n = (tonumber(redis.call('HGET', K.attempts, id)) or 0) + 1
+    end
+    local deadline = float_text(now + tonumber(ARGV[7]) / 1000)
+    local jitter = string.format('%.6f', tonumber(ARGV[12]) * ((tonumber(ARGV[13]) + 0.6180339887498949) % 1))
+    local flags = ''
+    if payload then flags = 'p' end
+    redis.call('ZREM', K.queue, id)
+    redis.call('ZADD', K.inflight, deadline, id)
+    redis.call('HSET', K.receipts, id, ARGV[8] .. '/' .. n .. '/' .. ARGV[9] .. '/' .. ARGV[10] .. '/'
+      .. ARGV[11] .. '/' .. jitter .. '/' .. ARGV[7] .. '/' .. flags .. '|' .. score)
+    local reply = {1, {id, score}, 0, {n}, deadline, finished}
+    if payload then reply[3] = {payload} end
+    redis.call('SET', KEYS[11], cmsgpack.pack({mode, reply}), 'PX', '300000')
+    return reply
+  end
+end
+
 -- slow path (build.rs defines the helpers used below here)
-local finished = -1
-if ARGV[14] == 'ack' then
+if finished ~= -1 then
+  -- done above
+elseif ARGV[14] == 'ack' then
   finished = ack_reservation(K, ARGV[15], ARGV[16], channel)
 elseif ARGV[14] == 'nack' then
   finished = nack_reservation(K, ARGV[15], ARGV[16], tonumber(ARGV[17]), now, channel)
