@@ -34,6 +34,9 @@ pub enum ErrorKind {
     Quorum,
     /// The wait was interrupted by the caller (a signal, a cancelled task).
     Interrupted,
+    /// The caller already holds this non-reentrant lock: acquiring it again
+    /// would wait for itself.
+    WouldDeadlock,
     /// Redis answered with an error (script error, wrong type, OOM, …).
     Redis,
 }
@@ -51,6 +54,7 @@ impl ErrorKind {
             Self::QueueLocked => "queue locked",
             Self::Quorum => "no quorum",
             Self::Interrupted => "interrupted",
+            Self::WouldDeadlock => "would deadlock",
             Self::Redis => "redis error",
         }
     }

@@ -16,6 +16,7 @@ pub(crate) mod subscriber;
 mod topology;
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, Once};
 use std::time::{Duration, Instant};
 
@@ -177,6 +178,14 @@ impl Client {
     /// The server's URL with any password masked, for messages.
     pub(crate) fn redacted_url(&self) -> &str {
         self.inner.config.redacted_url()
+    }
+
+    /// How many times the Sentinel master was found to have changed (a
+    /// failover) since this client was made; always 0 for other deployments.
+    /// A lock compares the count at acquire and at release to tell a hold
+    /// lost in a failover from one that expired.
+    pub(crate) fn master_moves(&self) -> u64 {
+        self.inner.pool.moves.load(Ordering::Acquire)
     }
 
     /// The time allowed for one command (subscription replies included).
@@ -383,6 +392,7 @@ impl Client {
         if moved {
             // Failover: every pooled connection points at the old master.
             idle.invalidate();
+            pool.moves.fetch_add(1, Ordering::AcqRel);
         }
         client
     }

@@ -15,6 +15,7 @@
 //! before is then not pooled again.
 
 use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 
 use redis::ConnectionLike;
@@ -39,6 +40,9 @@ pub(super) struct Pool {
     idle: Mutex<Idle>,
     /// Sentinel: signalled, with `idle`, when a lookup ends.
     looked_up: Condvar,
+    /// Sentinel: how many times the master was found to have changed (a
+    /// failover), readable without the mutex.
+    pub moves: AtomicU64,
 }
 
 /// Pool state, valid for the process `pid` only.
@@ -82,6 +86,7 @@ impl Pool {
                 sentinel,
             }),
             looked_up: Condvar::new(),
+            moves: AtomicU64::new(0),
         });
         let mut pools = POOLS.lock_unpoisoned();
         pools.retain(|p| p.strong_count() > 0);

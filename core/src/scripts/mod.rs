@@ -28,7 +28,8 @@ macro_rules! lua {
     };
 }
 
-pub(crate) static LOCK_ACQUIRE: LazyLock<LuaScript> = lua!("lock_acquire-4.lua");
+pub(crate) static LOCK_ACQUIRE: LazyLock<LuaScript> = lua!("lock_acquire-5.lua");
+pub(crate) static LOCK_ABANDON: LazyLock<LuaScript> = lua!("lock_abandon-5.lua");
 pub(crate) static LOCK_RELEASE: LazyLock<LuaScript> = lua!("lock_release-4.lua");
 pub(crate) static LOCK_EXTEND: LazyLock<LuaScript> = lua!("lock_extend-2.lua");
 pub(crate) static LOCK_FENCE: LazyLock<LuaScript> = lua!("lock_fence-1.lua");
@@ -241,7 +242,7 @@ mod tests {
         let assembled = Path::new(env!("OUT_DIR")).join("scripts");
         for (name, slow_only) in [
             (
-                "lock_acquire-4.lua",
+                "lock_acquire-5.lua",
                 &["grant_next", "register_waiter", "heal_orphan"][..],
             ),
             (

@@ -51,3 +51,30 @@ fn a_release_lost_in_a_pause_stops_renewal_and_is_settled_when_the_server_answer
             .unwrap()
     );
 }
+
+/// The acceptance test of issue 18.1 in its shortest form: a try-once whose
+/// reply is lost in a pause. Redis runs the `SET` once it resumes; the
+/// caller has given up by then, so the token must not end up holding the
+/// lock.
+#[test]
+fn a_try_lost_in_a_pause_leaves_no_hold_behind() {
+    let (server, client, mut conn) = paused_setup("?timeout=0.3");
+    let opts: LockOptions = lock_opts("try");
+    let lock = Lock::new(&client, b"ghost", opts.clone()).unwrap();
+    assert!(!lock.locked().unwrap(), "warms the pool");
+    server.pause();
+    let err = lock.acquire(Wait::Try, None).unwrap_err();
+    assert!(err.outcome_unknown(), "{err}");
+    assert_eq!(lock.token(), None);
+    server.resume();
+    assert!(ferrolock::wait_settled(Duration::from_secs(10)));
+    assert!(
+        !exists(&mut conn, lock.key()),
+        "no key is held under the abandoned token"
+    );
+    let fresh = Lock::new(&client, b"ghost", opts).unwrap();
+    assert!(
+        fresh.try_acquire().unwrap(),
+        "a fresh lock acquires at once"
+    );
+}
