@@ -3,6 +3,10 @@
 //! Enabled for this crate's tests and, with the `testing` feature, for other
 //! crates. The server binary is `$REDIS_SERVER` or `redis-server` on `PATH`.
 
+mod proxy;
+
+pub use self::proxy::Proxy;
+
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};

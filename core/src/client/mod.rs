@@ -15,6 +15,7 @@ mod sentinel;
 pub(crate) mod subscriber;
 mod topology;
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, Once};
@@ -193,6 +194,27 @@ impl Client {
         self.inner.config.command_timeout
     }
 
+    /// What lost replies of this client left open and is still to be put
+    /// right once the server answers (see [`crate::pending_settlements`],
+    /// which counts those of every client).
+    pub fn pending_settlements(&self) -> usize {
+        crate::settle::pending_for(self.pool_id())
+    }
+
+    /// Waits up to `timeout` until this client has no settlement pending
+    /// ([`Client::pending_settlements`]); true if none is. For tests and
+    /// orderly shutdowns.
+    pub fn wait_settled(&self, timeout: Duration) -> bool {
+        let until = Instant::now() + timeout;
+        while self.pending_settlements() > 0 {
+            if Instant::now() >= until {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        true
+    }
+
     /// Checks that Redis answers (`PING`).
     pub fn ping(&self) -> Result<()> {
         self.query::<String>("ping", &redis::cmd("PING")).map(drop)
@@ -233,6 +255,22 @@ impl Client {
         &self,
         budget: Budget,
         context: &str,
+        op: impl FnMut(&mut Conn) -> RedisResult<T>,
+    ) -> Result<T> {
+        self.run_noting(budget, context, &Cell::new(false), op)
+    }
+
+    /// [`Client::run_within`], setting `maybe_ran` when the result comes
+    /// from the retry on a fresh connection after a reused one failed: the
+    /// first try may have run (a connection closed while idle and one that
+    /// died after delivering the command, before the reply, look the same),
+    /// so a caller whose command is not idempotent (a release that the
+    /// retry finds already done) must judge the reply with that in mind.
+    pub(crate) fn run_noting<T>(
+        &self,
+        budget: Budget,
+        context: &str,
+        maybe_ran: &Cell<bool>,
         mut op: impl FnMut(&mut Conn) -> RedisResult<T>,
     ) -> Result<T> {
         if budget.is_spent() {
@@ -246,6 +284,9 @@ impl Client {
                 Ok(v)
             }
             Err(e) if reused && (is_stale(&e) || is_failover(&e)) => {
+                if may_have_run(&e) {
+                    maybe_ran.set(true);
+                }
                 drop(conn);
                 self.forget_topology(&e);
                 let epoch = self.inner.pool.state().epoch;
@@ -259,10 +300,10 @@ impl Client {
                         crate::settle::server_answered(self.pool_id());
                         Ok(v)
                     }
-                    Err(e) => Err(self.failed(fresh, epoch, e, context)),
+                    Err(e) => Err(self.failed(fresh, epoch, e, context, false)),
                 }
             }
-            Err(e) => Err(self.failed(conn, epoch, e, context)),
+            Err(e) => Err(self.failed(conn, epoch, e, context, reused)),
         }
     }
 
@@ -291,16 +332,57 @@ impl Client {
         )
     }
 
-    fn failed(&self, conn: Conn, epoch: u64, e: redis::RedisError, context: &str) -> Error {
+    /// The error of a round trip on `conn` (taken from the pool when
+    /// `reused`) that failed with `e`.
+    fn failed(
+        &self,
+        conn: Conn,
+        epoch: u64,
+        e: redis::RedisError,
+        context: &str,
+        reused: bool,
+    ) -> Error {
+        if !reused && e.kind() == redis::ErrorKind::Parse {
+            // The first reply of a new connection is not RESP: the peer is
+            // not a Redis server (an HTTP server, a proxy's error page, a
+            // TLS port spoken to in plain text), so nothing ran.
+            return Error::new(
+                ErrorKind::Connection,
+                format!(
+                    "{context}: connection error: the server at {} does not speak the Redis \
+                     protocol (its reply could not be read as one: {}); is the URL's host \
+                     and port those of a Redis server, and its scheme (redis:// or \
+                     rediss://) right?",
+                    self.redacted_url(),
+                    e.to_string().lines().next().unwrap_or_default()
+                ),
+            );
+        }
         // A server error reply leaves the connection usable; anything else
         // (I/O, timeout, protocol) leaves it in an unknown state.
         let unknown = may_have_run(&e);
+        let waited = conn.timeout();
         if e.is_io_error() || e.is_timeout() || e.is_unrecoverable_error() || is_failover(&e) {
             self.forget_topology(&e);
         } else {
             self.inner.pool.put(conn, epoch);
         }
-        let err = Error::from_redis(context, e);
+        let url = self.redacted_url();
+        let err = if e.is_timeout() {
+            // Which server, and which timeout struck.
+            Error::with_source(
+                ErrorKind::Timeout,
+                format!(
+                    "{context}: timed out: no reply from {url} within {}",
+                    which_timeout(waited, self.inner.config.command_timeout, "command")
+                ),
+                e,
+            )
+        } else if crate::error::is_transient_redis(&e) {
+            Error::from_redis(&format!("{context}: {url}"), e)
+        } else {
+            Error::from_redis(context, e)
+        };
         if unknown {
             err.with_outcome_unknown()
         } else {
@@ -350,7 +432,20 @@ impl Client {
             Backend::Cluster(client) => client.get_connection().map(|c| Link::Cluster(Box::new(c))),
         };
         link.map(|link| Conn::new(link, cfg.command_timeout))
-            .map_err(|e| Error::from_redis(ctx, e))
+            .map_err(|e| {
+                if e.is_timeout() {
+                    Error::with_source(
+                        ErrorKind::Timeout,
+                        format!(
+                            "{ctx}: timed out: no connection within {}",
+                            which_timeout(connect_timeout, cfg.connect_timeout, "connect")
+                        ),
+                        e,
+                    )
+                } else {
+                    Error::from_redis(ctx, e)
+                }
+            })
     }
 
     /// Sentinel: the client of the current master, asking the sentinels when
@@ -395,6 +490,22 @@ impl Client {
             pool.moves.fetch_add(1, Ordering::AcqRel);
         }
         client
+    }
+}
+
+/// `waited` and the `kind` timeout (`limit`) it came from, for messages:
+/// `0.500 s (the command timeout)`, or, when the call's time left cut it
+/// short, `0.120 s (the command timeout of 0.500 s, cut to the time the call
+/// had left)`.
+fn which_timeout(waited: Duration, limit: Duration, kind: &str) -> String {
+    if waited + Duration::from_millis(5) < limit {
+        format!(
+            "{:.3} s (the {kind} timeout of {:.3} s, cut to the time the call had left)",
+            waited.as_secs_f64(),
+            limit.as_secs_f64()
+        )
+    } else {
+        format!("{:.3} s (the {kind} timeout)", limit.as_secs_f64())
     }
 }
 

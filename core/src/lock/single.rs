@@ -1,6 +1,7 @@
 //! The [`Lock`]: a distributed lock on one deployment (a server, a Sentinel
 //! master or a Cluster).
 
+use std::cell::Cell;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -269,10 +270,16 @@ impl Lock {
             Ok(Some(fence)) => return Ok(Some((fence, false))),
             Ok(None) if wait == Wait::Try => return Ok(None),
             Ok(None) => {}
-            // Its reply lost, or the server not answering: the waiting
-            // attempts go on with the same token while there is time.
-            Err(e) if wait != Wait::Try && e.is_transient() && time_left(deadline) => {}
-            Err(e) => return Err(e),
+            Err(e) if !e.is_transient() => return Err(e),
+            // Its reply lost: a try-once tries again (same token) while its
+            // command timeout lasts, to find a hold the lost one took ...
+            Err(e) if wait == Wait::Try && (e.outcome_unknown() || trail.unsure.get()) => {
+                return self.try_again(token, budget, trail, e);
+            }
+            Err(e) if wait == Wait::Try => return Err(e),
+            // ... and a wait goes on with its waiting attempts while it has time.
+            Err(e) if !time_left(deadline) => return Err(e),
+            Err(_) => {}
         }
         let mut pause = FIRST_RETRY_PAUSE;
         let started = Instant::now();
@@ -312,6 +319,30 @@ impl Lock {
         }
     }
 
+    /// A try-once whose attempt failed with `e` (a connection error: its
+    /// reply may be lost): attempts of the full form with the same token,
+    /// which find a hold the lost one took, while `budget` lasts.
+    fn try_again(
+        &self,
+        token: &str,
+        budget: Budget,
+        trail: &Trail,
+        mut e: Error,
+    ) -> Result<Option<(Fence, bool)>> {
+        let mut pause = FIRST_RETRY_PAUSE;
+        while budget.left().is_some_and(|left| left > pause) {
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(MAX_RETRY_PAUSE);
+            match self.waiter(token, budget, trail).attempt_as("") {
+                Ok(Tried::Acquired(f)) => return Ok(Some((Some(f), false))),
+                Ok(Tried::Busy(_)) => return Ok(None),
+                Err(again) if again.is_transient() => e = again,
+                Err(again) => return Err(again),
+            }
+        }
+        Err(e)
+    }
+
     /// The first attempt of an acquire; `Some(fence)` when taken.
     ///
     /// A non-fair lock first tries a plain `SET NX PX`, which draws no fencing
@@ -339,10 +370,8 @@ impl Lock {
             let ttl_ms = validate::millis(self.opts.ttl);
             if fence::is_read(&self.keys.lock) {
                 let call = acquire_call(&self.keys, token, ttl_ms, "", false, 0);
-                let tried: Tried = trail.note(|| {
-                    self.client
-                        .run_within(budget, &self.label, |c| call.query(c))
-                })?;
+                let tried: Tried =
+                    trail.run(&self.client, budget, &self.label, |c| call.query(c))?;
                 if let Tried::Acquired(f) = tried {
                     return Ok(Some(Some(f)));
                 }
@@ -353,10 +382,8 @@ impl Lock {
                     .arg("NX")
                     .arg("PX")
                     .arg(ttl_ms);
-                let reply: redis::Value = trail.note(|| {
-                    self.client
-                        .run_within(budget, &self.label, |c| set.query(c))
-                })?;
+                let reply: redis::Value =
+                    trail.run(&self.client, budget, &self.label, |c| set.query(c))?;
                 if reply != redis::Value::Nil {
                     return Ok(Some(None));
                 }
@@ -422,7 +449,7 @@ impl Lock {
         if still_ours == 1 && got >= i64::from(want) {
             return Ok(());
         }
-        let _ = self.release_token(token, false, self.client.one_call());
+        let _ = self.release_token(token, false, self.client.one_call(), &Cell::new(false));
         Err(Error::new(
             ErrorKind::Quorum,
             format!(
@@ -440,11 +467,19 @@ impl Lock {
     /// skips the extra command).
     ///
     /// [`Call::query_behind_ping`]: crate::scripts::Call::query_behind_ping
-    fn release_token(&self, token: &str, hand_over: bool, budget: Budget) -> Result<bool> {
+    /// `maybe_ran` is set when a try before the one that answered may have
+    /// run (see [`Client::run_noting`]).
+    fn release_token(
+        &self,
+        token: &str,
+        hand_over: bool,
+        budget: Budget,
+        maybe_ran: &Cell<bool>,
+    ) -> Result<bool> {
         let call = release_call(&self.keys, token);
         let released: i64 = self
             .client
-            .run_within(budget, &self.label, |c| match c.link() {
+            .run_noting(budget, &self.label, maybe_ran, |c| match c.link() {
                 Link::Single(con) if hand_over => call.query_behind_ping(con),
                 _ => call.query(c),
             })?;
@@ -493,9 +528,15 @@ impl Lock {
         let mut hand_over = held.waited;
         loop {
             let valid = held.valid(Instant::now());
-            let last = match self.release_token(&held.token, hand_over, budget) {
+            let maybe_ran = Cell::new(false);
+            let last = match self.release_token(&held.token, hand_over, budget, &maybe_ran) {
                 Ok(true) => return Ok(()),
-                Ok(false) if ran_while_valid && !self.master_moved(&held) => return Ok(()),
+                Ok(false)
+                    if (ran_while_valid || (maybe_ran.get() && valid))
+                        && !self.master_moved(&held) =>
+                {
+                    return Ok(());
+                }
                 Ok(false) => {
                     self.state.lock_unpoisoned().lost = true;
                     return Err(self.refused(&held, "the release"));

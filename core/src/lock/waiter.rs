@@ -7,6 +7,7 @@ use std::time::Instant;
 use super::{Tried, full_acquire_call, leave_call};
 use crate::budget::Budget;
 use crate::client::Client;
+use crate::client::conn::Conn;
 use crate::error::Result;
 use crate::keys::LockKeys;
 use crate::wait::{self, Attempt, Leaving};
@@ -23,11 +24,19 @@ pub(super) struct Trail {
 }
 
 impl Trail {
-    /// Runs one round trip sent now, noting when it was sent (if it got a
-    /// reply) or that its outcome is unknown.
-    pub(super) fn note<T>(&self, round_trip: impl FnOnce() -> Result<T>) -> Result<T> {
+    /// Runs `op` on a connection of `client` within `budget` (see
+    /// [`Client::run_noting`]), noting when it was sent (if it got a reply)
+    /// or that its outcome is unknown (or that a try before the one that
+    /// answered may have run).
+    pub(super) fn run<T>(
+        &self,
+        client: &Client,
+        budget: Budget,
+        context: &str,
+        op: impl FnMut(&mut Conn) -> redis::RedisResult<T>,
+    ) -> Result<T> {
         let sent = Instant::now();
-        let result = round_trip();
+        let result = client.run_noting(budget, context, &self.unsure, op);
         match &result {
             Ok(_) => self.sent.set(Some(sent)),
             Err(e) if e.outcome_unknown() => self.unsure.set(true),
@@ -60,10 +69,8 @@ impl LockWaiter<'_> {
     pub(super) fn attempt_as(&self, waiter: &str) -> Result<Tried> {
         let k = self.keys;
         let call = full_acquire_call(k, self.token, self.ttl_ms, waiter, self.fair, self.lease_ms);
-        self.trail.note(|| {
-            self.client
-                .run_within(self.budget, self.label, |c| call.query(c))
-        })
+        self.trail
+            .run(self.client, self.budget, self.label, |c| call.query(c))
     }
 }
 
@@ -92,7 +99,9 @@ impl wait::Waiting for LockWaiter<'_> {
         // after the last attempt (which the hold's validity counts from).
         let reply: Vec<i64> = self
             .client
-            .run_within(self.budget, self.label, |c| call.query(c))
+            .run_noting(self.budget, self.label, &self.trail.unsure, |c| {
+                call.query(c)
+            })
             .inspect_err(|e| {
                 if e.outcome_unknown() {
                     self.trail.unsure.set(true);
