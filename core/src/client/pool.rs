@@ -21,6 +21,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use redis::ConnectionLike;
 
 use super::conn::{Conn, Node};
+use super::replicas::Replicas;
 use super::sentinel::{Asking, LookupError, MasterView, Resolver};
 use super::topology::SlotCache;
 use crate::config::Config;
@@ -58,6 +59,8 @@ pub(super) struct Idle {
     pub epoch: u64,
     /// Sentinel: what this pool knows of the master.
     pub sentinel: Option<MasterView>,
+    /// The master's replica count, as last read (`min_replicas`).
+    pub replicas: Option<Replicas>,
 }
 
 impl Idle {
@@ -65,6 +68,7 @@ impl Idle {
     /// and keep those checked out now from coming back.
     pub(super) fn invalidate(&mut self) {
         self.epoch += 1;
+        self.replicas = None;
         self.conns.clear();
         self.subscribers.clear();
     }
@@ -84,6 +88,7 @@ impl Pool {
                 slots: SlotCache::default(),
                 epoch: 0,
                 sentinel,
+                replicas: None,
             }),
             looked_up: Condvar::new(),
             moves: AtomicU64::new(0),
@@ -106,6 +111,7 @@ impl Pool {
                 view.forget_after_fork();
             }
             idle.slots.clear();
+            idle.replicas = None;
             idle.pid = pid;
         }
         idle

@@ -193,6 +193,9 @@ impl Lock {
             Wait::Try => self.client.one_call(),
             _ => Budget::wait(deadline, self.client.command_timeout()),
         };
+        if self.opts.min_replicas > 0 {
+            self.check_replicas(budget)?;
+        }
         let trail = Trail::default();
         let (fence, waited) = match self.take(&token, wait, deadline, budget, interrupt, &trail) {
             Ok(Some(taken)) => taken,
@@ -428,28 +431,63 @@ impl Lock {
         settle::settle_or_defer(Box::new(abandon), budget)
     }
 
-    /// `WAIT min_replicas`: undo the acquire if too few replicas confirm it.
+    /// Fails at once, before anything is written, when the master has
+    /// fewer replicas connected than `min_replicas` (as far as known: see
+    /// `client/replicas.rs`): its `WAIT` could not succeed, and the key
+    /// would be held for nothing meanwhile.
+    fn check_replicas(&self, budget: Budget) -> Result<()> {
+        let want = self.opts.min_replicas;
+        match self.client.connected_replicas(want, budget, &self.label)? {
+            Some(have) if have < want => Err(Error::new(
+                ErrorKind::Quorum,
+                format!(
+                    "{}: not acquired: the master has {have} replica(s) connected, fewer than \
+                     min_replicas ({want}); nothing was written (the count is read again at \
+                     most every second while below)",
+                    self.label
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// `WAIT min_replicas`: undo the acquire at once if too few replicas
+    /// confirm it.
     ///
     /// `WAIT` covers the writes of the connection it runs on, and the hold may
     /// have been written by another client (a hand-over) or another pooled
     /// connection: so a token-checked extend runs first on the same
-    /// connection, and the WAIT covers everything up to it.
+    /// connection, and the WAIT covers everything up to it. WAIT blocks on
+    /// the server for up to its timeout, and the socket read gives up at the
+    /// end of the call's budget: WAIT gets four fifths of the command
+    /// timeout or of the time the call has left, whichever is shorter, so
+    /// its answer ("too few replicas") arrives first, and the key is never
+    /// held for longer than the caller waits.
     fn confirm_replicas(&self, token: &str, budget: Budget) -> Result<()> {
         let want = self.opts.min_replicas;
-        // WAIT blocks on the server for up to its timeout, and the socket read
-        // gives up after the command timeout: WAIT gets four fifths of it, so
-        // its answer ("too few replicas") arrives before the read times out.
-        let timeout_ms = validate::millis(self.client.config().command_timeout() * 4 / 5).max(1);
+        let limit = self.client.command_timeout();
+        let left = budget.left().unwrap_or(limit).min(limit);
+        let timeout_ms = validate::millis(left * 4 / 5).max(1);
         let extend = extend_call(&self.keys, token, validate::millis(self.opts.ttl));
-        let (still_ours, got): (i64, i64) = self.client.run_within(budget, &self.label, |c| {
+        let confirmed = self.client.run_within(budget, &self.label, |c| {
             let still_ours: i64 = extend.query(c)?;
             let got: i64 = redis::cmd("WAIT").arg(want).arg(timeout_ms).query(c)?;
             Ok((still_ours, got))
-        })?;
+        });
+        let (still_ours, got) = match confirmed {
+            Ok(reply) => reply,
+            Err(e) => {
+                // Unknown: undo (within one command timeout; else the
+                // keeper), and report the error.
+                let _ = self.abandon(token, self.client.one_call());
+                return Err(e.context_after("the acquire was undone"));
+            }
+        };
         if still_ours == 1 && got >= i64::from(want) {
             return Ok(());
         }
-        let _ = self.release_token(token, false, self.client.one_call(), &Cell::new(false));
+        self.client.forget_replicas();
+        let _ = self.abandon(token, self.client.one_call());
         Err(Error::new(
             ErrorKind::Quorum,
             format!(
