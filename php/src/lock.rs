@@ -163,7 +163,13 @@ impl RedisLock {
             let Some(lock) = settle(self.new_lock(&name, ttl, recheck))? else {
                 return Ok(false);
             };
-            let acquired = lock.acquire(wait, None).map_err(exception)?;
+            // Each lock() takes a new hold object, so the caller identity
+            // (this thread) only matters to the core's check of a hold the
+            // same object retakes; a second lock() of a name this object
+            // holds waits (or fails) as the legacy class did.
+            let acquired = lock
+                .acquire_as(wait, None, Some(ferrolock::caller_thread_id()))
+                .map_err(exception)?;
             if acquired {
                 // A hold of the same name that expired meanwhile is forgotten.
                 self.held.insert(name, lock);

@@ -35,6 +35,13 @@ impl PyCancel {
     }
 }
 
+/// Who acquires: the calling OS thread (`threading.get_ident()`), so that
+/// a thread re-acquiring a non-reentrant lock it holds gets `LockError`
+/// instead of waiting for itself (the core's `Lock::acquire_as`).
+fn caller() -> Option<u64> {
+    Some(ferrolock::caller_thread_id())
+}
+
 /// What `Lock` and `Redlock` share: every method but the constructor.
 #[pyclass(name = "_LockBase", module = "ferrolock._native", subclass, frozen)]
 pub struct PyLockBase {
@@ -63,11 +70,17 @@ impl PyLockBase {
         String::from_utf8_lossy(self.inner.name()).into_owned()
     }
 
-    /// Waits as the lock's default timeout says; `LockTimeout` if not acquired.
-    fn enter(&self, py: Python<'_>, cancel: Option<&AtomicBool>) -> PyResult<()> {
+    /// Waits as the lock's default timeout says; `LockTimeout` if not
+    /// acquired. `caller`: see [`caller`].
+    fn enter(
+        &self,
+        py: Python<'_>,
+        cancel: Option<&AtomicBool>,
+        caller: Option<u64>,
+    ) -> PyResult<()> {
         let wait = wait_for(true, None, self.timeout)?;
         let inner = self.inner.clone();
-        let acquired = blocking(py, cancel, move |hook| inner.acquire(wait, hook))?;
+        let acquired = blocking(py, cancel, move |hook| inner.acquire_as(wait, hook, caller))?;
         if acquired {
             return Ok(());
         }
@@ -90,7 +103,8 @@ impl PyLockBase {
     fn acquire(&self, py: Python<'_>, blocking: bool, timeout: Option<f64>) -> PyResult<bool> {
         let wait = wait_for(blocking, timeout, self.timeout)?;
         let inner = self.inner.clone();
-        crate::convert::blocking(py, None, move |hook| inner.acquire(wait, hook))
+        let caller = caller();
+        crate::convert::blocking(py, None, move |hook| inner.acquire_as(wait, hook, caller))
     }
 
     /// Release the lock.
@@ -156,7 +170,7 @@ impl PyLockBase {
     }
 
     fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
-        slf.get().enter(slf.py(), None)?;
+        slf.get().enter(slf.py(), None, caller())?;
         Ok(slf)
     }
 
@@ -186,15 +200,18 @@ impl PyLockBase {
         }
     }
 
-    /// One attempt (`async with` tries this before handing the wait to a thread).
+    /// One attempt (`async with` tries this before handing the wait to a
+    /// thread). Tasks on one event loop share its thread: they are not told
+    /// apart (a task re-entering waits, as with `asyncio.Lock`).
     fn _try_acquire_nowait(&self, py: Python<'_>) -> PyResult<bool> {
         let inner = self.inner.clone();
-        quick(py, move || inner.acquire(Wait::Try, None))
+        quick(py, move || inner.acquire_as(Wait::Try, None, None))
     }
 
-    /// The `with` wait, stoppable through `cancel` (run on a worker thread).
+    /// The `with` wait, stoppable through `cancel` (run on a worker thread,
+    /// for a task: no caller identity, see `_try_acquire_nowait`).
     fn _enter_cancellable(&self, py: Python<'_>, cancel: &PyCancel) -> PyResult<()> {
-        self.enter(py, Some(&cancel.0))
+        self.enter(py, Some(&cancel.0), None)
     }
 
     fn __repr__(&self) -> String {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -13,6 +14,12 @@ from pathlib import Path
 from .resp import Resp
 
 REDIS_SERVER = os.environ.get("REDIS_SERVER", "redis-server")
+
+
+def _process_state(pid: int) -> str:
+    """The state letter of process `pid` (`T` when stopped)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
 
 
 def free_port() -> int:
@@ -61,6 +68,23 @@ class RedisServer:
     def restart(self) -> None:
         self.stop()
         self.start()
+
+    def pause(self) -> None:
+        """SIGSTOP: the process keeps its sockets and reads or answers nothing
+        until ``resume()`` (a long fork, a swapped-out VM, a debugger). Returns
+        once it is stopped; commands it received meanwhile run on resume."""
+        assert self.proc is not None, "not running"
+        self.proc.send_signal(signal.SIGSTOP)
+        until = time.monotonic() + 5
+        while _process_state(self.proc.pid) not in ("T", "t"):
+            if time.monotonic() > until:
+                raise RuntimeError(f"redis-server {self.proc.pid} did not stop")
+            time.sleep(0.001)
+
+    def resume(self) -> None:
+        """SIGCONT after ``pause()``."""
+        assert self.proc is not None, "not running"
+        self.proc.send_signal(signal.SIGCONT)
 
     def close(self) -> None:
         self.stop()

@@ -160,10 +160,11 @@ impl Lock {
     /// cannot be told apart (asyncio tasks on one thread).
     ///
     /// A non-reentrant lock that `caller` already holds (validly: not lost,
-    /// not expired) is not acquired again: that would wait for itself until
-    /// the timeout, or forever while the watchdog renews the hold. It fails
-    /// with [`ErrorKind::WouldDeadlock`] instead. Other callers sharing the
-    /// object wait as usual.
+    /// not expired) is not waited for: that would wait for itself until the
+    /// timeout, or forever while the watchdog renews the hold. Such a wait
+    /// fails with [`ErrorKind::WouldDeadlock`] instead (a try-once answers
+    /// `false`, the lock being busy). Other callers sharing the object wait
+    /// as usual.
     pub fn acquire_as(
         &self,
         wait: Wait,
@@ -176,6 +177,9 @@ impl Lock {
                 return Ok(true);
             }
             if caller.is_some() && h.caller == caller && h.valid(Instant::now()) {
+                if wait == Wait::Try {
+                    return Ok(false); // busy, as for anyone (`threading.Lock` does the same)
+                }
                 return Err(Error::new(
                     ErrorKind::WouldDeadlock,
                     format!(
@@ -207,7 +211,14 @@ impl Lock {
             }
             Err(e) => {
                 if e.outcome_unknown() || trail.unsure.get() {
-                    return Err(match self.abandon(&token, budget) {
+                    // A server that just let a round trip time out is not
+                    // waited for again: the keeper settles it.
+                    let inline = if e.is_timeout() {
+                        Budget::until(Instant::now())
+                    } else {
+                        budget
+                    };
+                    return Err(match self.abandon(&token, inline) {
                         Ok(()) => e.context_after("the acquire was undone"),
                         Err(_) => e.context_after(
                             "the acquire is undone in the background once the server \

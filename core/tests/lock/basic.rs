@@ -150,7 +150,8 @@ fn a_non_reentrant_lock_acquired_again_by_its_holder_fails_at_once() {
     opts.auto_renew = true;
     let n = Arc::new(Lock::new(&c, b"y", opts).unwrap());
     assert!(n.try_acquire().unwrap());
-    for wait in [Wait::Try, Wait::Forever] {
+    assert!(!n.try_acquire().unwrap(), "a try-once finds it busy");
+    for wait in [Wait::For(Duration::from_secs(60)), Wait::Forever] {
         let err = n.acquire(wait, None).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::WouldDeadlock, "{err}");
         assert!(err.to_string().contains("reentrant"), "{err}");
