@@ -14,9 +14,10 @@
 //! one (a Sentinel failover seen or suspected), and a connection checked out
 //! before is then not pooled again.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::time::Instant;
 
 use redis::ConnectionLike;
 
@@ -26,6 +27,7 @@ use super::sentinel::{Asking, LookupError, MasterView, Resolver};
 use super::topology::SlotCache;
 use crate::config::Config;
 use crate::fork::current_pid;
+use crate::settle::Settlement;
 use crate::sync::LockUnpoisoned;
 
 /// Idle connections kept per client (and per node, for subscriptions); more
@@ -61,6 +63,9 @@ pub(super) struct Idle {
     pub sentinel: Option<MasterView>,
     /// The master's replica count, as last read (`min_replicas`).
     pub replicas: Option<Replicas>,
+    /// Sentinel: releases made lately, to run again on a new master (see
+    /// `Client::note_release`), oldest first.
+    pub replays: VecDeque<(Instant, Box<dyn Settlement>)>,
 }
 
 impl Idle {
@@ -89,6 +94,7 @@ impl Pool {
                 epoch: 0,
                 sentinel,
                 replicas: None,
+                replays: VecDeque::new(),
             }),
             looked_up: Condvar::new(),
             moves: AtomicU64::new(0),
@@ -107,6 +113,7 @@ impl Pool {
             // Forked: the sockets belong to the parent. Forget, never close.
             std::mem::forget(std::mem::take(&mut idle.conns));
             std::mem::forget(std::mem::take(&mut idle.subscribers));
+            std::mem::forget(std::mem::take(&mut idle.replays));
             if let Some(view) = idle.sentinel.as_mut() {
                 view.forget_after_fork();
             }

@@ -579,11 +579,15 @@ impl Lock {
             let valid = held.valid(Instant::now());
             let maybe_ran = Cell::new(false);
             let last = match self.release_token(&held.token, hand_over, budget, &maybe_ran) {
-                Ok(true) => return Ok(()),
+                Ok(true) => {
+                    self.released(&held);
+                    return Ok(());
+                }
                 Ok(false)
                     if (ran_while_valid || (maybe_ran.get() && valid))
                         && !self.master_moved(&held) =>
                 {
+                    self.released(&held);
                     return Ok(());
                 }
                 Ok(false) => {
@@ -602,6 +606,21 @@ impl Lock {
             std::thread::sleep(pause);
             pause = (pause * 2).min(MAX_RETRY_PAUSE);
         }
+    }
+
+    /// `held` was released: under Sentinel the release is kept a moment, to
+    /// run again on a new master should the master turn out to have changed
+    /// (see [`Client::note_release`]).
+    fn released(&self, held: &Held) {
+        self.client.note_release(|| {
+            Box::new(ReleaseHold {
+                client: self.client.clone(),
+                keys: self.keys.clone(),
+                token: held.token.clone(),
+                horizon: Instant::now() + held.ttl,
+                label: self.label.clone(),
+            })
+        });
     }
 
     /// Hands the release of `held` to the keeper after the call ran out of
