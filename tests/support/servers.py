@@ -153,27 +153,44 @@ def free_port_pair(offset: int = 10000) -> int:
 
 
 class RedisCluster:
-    """A Redis Cluster of `masters` nodes on loopback (no replicas)."""
+    """A Redis Cluster of `masters` nodes on loopback, each with `replicas`
+    replicas (promoted when their master fails)."""
 
-    def __init__(self, masters: int = 3):
+    def __init__(self, masters: int = 3, replicas: int = 0):
         self.nodes = [RedisServer("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                                   "--cluster-node-timeout", "2000", port=free_port_pair())
-                      for _ in range(masters)]
+                      for _ in range(masters * (1 + replicas))]
         subprocess.run(["redis-cli", "--cluster", "create", *[f"127.0.0.1:{n.port}" for n in self.nodes],
-                        "--cluster-replicas", "0", "--cluster-yes"], check=True, capture_output=True, timeout=60)
-        until = time.monotonic() + 30
-        while not all(b"cluster_state:ok" in n.cmd("CLUSTER", "INFO") for n in self.nodes):
+                        "--cluster-replicas", str(replicas), "--cluster-yes"], check=True, capture_output=True,
+                       timeout=60)
+        until = time.monotonic() + 60
+        while not all(b"cluster_state:ok" in n.cmd("CLUSTER", "INFO") for n in self.nodes) or \
+                (replicas and not all(b"master_link_status:up" in n.cmd("INFO", "replication")
+                                      for n in self.replicas())):
             if time.monotonic() > until:
                 raise RuntimeError("cluster did not become ready")
             time.sleep(0.1)
+
+    def replicas(self) -> list[RedisServer]:
+        """The nodes that are replicas now."""
+        return [n for n in self.nodes if n.proc is not None and n.cmd("ROLE")[0] == b"slave"]
+
+    def replica_of(self, master: RedisServer) -> RedisServer:
+        """A replica of `master`."""
+        for n in self.replicas():
+            if n.cmd("ROLE")[2] == master.port:
+                return n
+        raise RuntimeError(f"no replica of {master.port}")
 
     @property
     def url(self) -> str:
         return "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
 
     def node_of(self, key: str | bytes) -> RedisServer:
-        slot = self.nodes[0].cmd("CLUSTER", "KEYSLOT", key)
-        for entry in self.nodes[0].cmd("CLUSTER", "SLOTS"):
+        """The master serving `key`, as a running node sees it."""
+        ask = next(n for n in self.nodes if n.proc is not None)
+        slot = ask.cmd("CLUSTER", "KEYSLOT", key)
+        for entry in ask.cmd("CLUSTER", "SLOTS"):
             if entry[0] <= slot <= entry[1]:
                 return next(n for n in self.nodes if n.port == entry[2][1])
         raise RuntimeError(f"no node for slot {slot}")
