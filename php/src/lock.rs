@@ -40,6 +40,7 @@ pub struct RedisLock {
     servers: Vec<Client>,
     fair: bool,
     auto_renew: bool,
+    min_replicas: u32,
     prefix: Vec<u8>,
     /// Locks this object holds (or held: a lost hold stays until unlock).
     held: HashMap<Vec<u8>, Box<dyn DistributedLock>>,
@@ -53,6 +54,7 @@ impl RedisLock {
             servers: s.servers,
             fair: s.fair,
             auto_renew: s.auto_renew,
+            min_replicas: s.min_replicas,
             prefix: s
                 .prefix
                 .unwrap_or_else(|| ferrolock::DEFAULT_LOCK_PREFIX.as_bytes().to_vec()),
@@ -82,6 +84,7 @@ impl RedisLock {
         opts.prefix = self.prefix.clone();
         opts.fair = self.fair;
         opts.auto_renew = self.auto_renew;
+        opts.min_replicas = self.min_replicas;
         opts.recheck = recheck;
         Ok(Box::new(Lock::new(client, name, opts)?))
     }

@@ -185,3 +185,38 @@ def test_php_workers_through_a_graceful_failover():
         print(f"PHP: {len(done)} sections, switch {switched - started:.2f} s, gap {gap:.2f} s, errors {errors}")
         assert [t for t in done if t > switched], "sections go on after the switch"
         assert gap < (switched - started) + 1.5, f"no stall beyond the switch: {gap:.2f} s"
+
+
+@pytest.mark.skipif(not PHP_EXT.exists(), reason="the PHP extension is not built (make php)")
+def test_php_min_replicas_fails_fast_through_a_switch_over_and_recovers(tmp_path):
+    with SentinelSetup() as setup:
+        first = setup.current_master_port()
+        url = setup.url + "?timeout=1&connect_timeout=1"
+        result: dict[str, object] = {}
+        stop = tmp_path / "stop"
+
+        def run() -> None:
+            result["proc"] = run_php(WORKERS / "lock_loop.php", url, "php-quorum", "50", "1", "0", str(stop),
+                                     timeout=90)
+
+        worker = threading.Thread(target=run)
+        worker.start()
+        time.sleep(2)
+        setup.sentinels[0].cmd("SENTINEL", "FAILOVER", "mymaster")
+        wait_for(lambda: setup.current_master_port() != first, 30, "no failover", step=0.05)
+        new = next(n for n in (setup.master, setup.replica) if n.port != first)
+        wait_for(lambda: b"state=online" in new.cmd("INFO", "replication"), 30,
+                 "the old master reattached as a replica", step=0.02)
+        reattached = time.time()
+        time.sleep(2)
+        stop.touch()
+        worker.join(60)
+        lines = [json.loads(line) for line in result["proc"].stdout.splitlines() if line.startswith("{")]
+        refused = [x for x in lines if "replica" in x.get("error", "")]
+        slow = [x for x in refused if x["took"] > 1.0]
+        after = [x for x in lines if x.get("ok") and x["t"] > reattached]
+        print(f"PHP min_replicas: {len(lines)} tries, {len(refused)} refused, slow {slow}, "
+              f"first success after reattach {(after[0]['t'] - reattached) if after else None}, "
+              f"last line {lines[-1]['t'] - reattached:.2f} s after the reattach: {lines[-1]}")
+        assert len(slow) <= 1, f"refusals are quick: {slow}"
+        assert after and after[0]["t"] - reattached < 1.5, "recovered within about a second"
