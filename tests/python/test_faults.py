@@ -162,7 +162,11 @@ def test_network_faults_through_a_proxy(server, name):
         proxy.stall()
         with pytest.raises(ferrolock.ConnectionError):
             lock.acquire(blocking=False)
-        time.sleep(1.0)  # the abandonment is settled on a new connection
+        with server.client() as r:  # the abandonment is settled on a new connection
+            until = time.monotonic() + 10
+            while not any(r("SCARD", k) for k in r("KEYS", f"*Lock:{name}:ghosts")):
+                assert time.monotonic() < until, "the abandoned token was recorded"
+                time.sleep(0.01)
         proxy.resume()
         with server.client() as r:
             until = time.monotonic() + 5
