@@ -11,6 +11,10 @@ use redis::{Cmd, ConnectionInfo, ConnectionLike, RedisResult, Value};
 
 use crate::config::Config;
 
+/// How much longer than asked a socket timeout may stay (see
+/// [`Conn::fit_timeout`]): a call's time may be overrun by this much.
+const TIMEOUT_SLACK: Duration = Duration::from_millis(10);
+
 /// A server's host and port (a cluster node, the Sentinel master).
 pub(crate) type Node = (String, u16);
 
@@ -48,9 +52,12 @@ impl Conn {
     }
 
     /// Sets the socket read and write timeouts to `timeout` unless they are
-    /// that already.
+    /// that already, or longer by less than [`TIMEOUT_SLACK`]: a call's
+    /// budget, made just before its round trip, leaves a hair less than the
+    /// command timeout, and setting it exactly would cost two `setsockopt`
+    /// calls on every round trip.
     pub(super) fn fit_timeout(&mut self, timeout: Duration) -> RedisResult<()> {
-        if timeout == self.timeout {
+        if timeout <= self.timeout && self.timeout - timeout < TIMEOUT_SLACK {
             return Ok(());
         }
         match &self.link {

@@ -37,7 +37,17 @@ fn attach(master: &RedisServer, replica: &RedisServer) {
             .arg("replication")
             .query(&mut master.conn())
             .unwrap();
-        if info.contains("connected_slaves:1") && info.contains("state=online") {
+        let own: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut replica.conn())
+            .unwrap();
+        // Online for the master, and done loading its copy (it answers the
+        // master's GETACK, which WAIT needs, only then).
+        if info.contains("connected_slaves:1")
+            && info.contains("state=online")
+            && own.contains("master_link_status:up")
+            && own.contains("master_sync_in_progress:0")
+        {
             return;
         }
         assert!(Instant::now() < until, "the replica did not sync: {info}");
