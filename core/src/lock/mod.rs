@@ -51,7 +51,10 @@ pub struct LockOptions {
     /// come much sooner, by notification).
     pub recheck: Duration,
     /// Confirm each acquire on this many replicas (`WAIT`) before reporting
-    /// success; 0 disables. See the README's deployment notes.
+    /// success; 0 disables. While the master has fewer replicas connected,
+    /// acquires fail at once ([`ErrorKind::Quorum`]) without writing; a
+    /// `WAIT` that falls short is undone at once. See the README's
+    /// deployment notes.
     pub min_replicas: u32,
 }
 
