@@ -94,6 +94,18 @@ def test_the_docs_home_links_every_page() -> None:
     assert pages <= linked, f"docs/index.md does not link {sorted(pages - linked)}"
 
 
+def test_the_links_outside_the_site_name_files_that_exist() -> None:
+    """README.md, CONTRIBUTING.md and tests/README.md are not part of the site (whose links
+    `mkdocs build --strict` checks): their relative links are checked here."""
+    broken = []
+    for doc in (ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "tests" / "README.md"):
+        text = re.sub(r"^ *(```|~~~).*?^ *\1", "", doc.read_text(), flags=re.M | re.S)  # not in code
+        for target in re.findall(r"\]\(([^)\s#]+)(?:#[^)\s]*)?(?:\s+\"[^\"]*\")?\)", text):
+            if not re.match(r"^[a-z][a-z0-9+.-]*:", target) and not (doc.parent / target).exists():
+                broken.append(f"{doc.relative_to(ROOT)}: {target}")
+    assert not broken, f"links to files that do not exist: {broken}"
+
+
 # The harness itself: markers, indented fences, and what each failure looks like.
 
 SAMPLE = """\
