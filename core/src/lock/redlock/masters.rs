@@ -185,6 +185,9 @@ impl Masters {
         let run = move |i: usize, client: &Client, server: &Server| {
             let reply = op(i, client, step);
             let checked = server.check(client, step, &label);
+            if checked && reply.is_ok() {
+                server.answered(Instant::now());
+            }
             (reply, checked)
         };
         if self.clients.len() == 1 {
@@ -412,6 +415,9 @@ pub(super) struct Server {
     run_id: AtomicU64,
     /// Until when it has no vote, in nanoseconds after [`base`] (0: never).
     kept_out_until: AtomicU64,
+    /// When it last answered a request, after a check found it the server
+    /// seen before, in nanoseconds after [`base`] (0: never).
+    last_answer: AtomicU64,
     /// The longest TTL (ms) of the Redlocks of this process on this server.
     max_ttl_ms: AtomicU64,
 }
@@ -423,6 +429,7 @@ impl Server {
             checked: AtomicU64::new(0),
             run_id: AtomicU64::new(0),
             kept_out_until: AtomicU64::new(0),
+            last_answer: AtomicU64::new(0),
             max_ttl_ms: AtomicU64::new(max_ttl_ms),
         }
     }
@@ -472,10 +479,30 @@ impl Server {
         true
     }
 
+    /// Notes that the server answered a request at `now`.
+    fn answered(&self, now: Instant) {
+        self.last_answer
+            .store(nanos_since_base(now), Ordering::Release);
+    }
+
     /// Notes what `INFO server` said at `now`: the server's `run_id` and
     /// uptime (either may be missing from an unusual server).
+    ///
+    /// A server seen for the first time, or the same as before, is kept out
+    /// until one max TTL after it started, if that is still to come. One
+    /// whose `run_id` changed is kept out for one max TTL from now, unless
+    /// it started after the one seen before last answered (by its uptime):
+    /// then it restarted in place, and one max TTL from its start is enough.
+    /// (Whole seconds of uptime, rounded down: the start may be up to a
+    /// second earlier than counted, never later.)
     fn seen(&self, run_id: Option<&str>, uptime: Option<Duration>, now: Instant) {
         let max_ttl = Duration::from_millis(self.max_ttl_ms.load(Ordering::Acquire));
+        // Read before the run_id is swapped: an answer of the new server is
+        // only noted after a check that came after the swap.
+        let last_answer = match self.last_answer.load(Ordering::Acquire) {
+            0 => None,
+            nanos => Some(base() + Duration::from_nanos(nanos)),
+        };
         let changed = run_id.is_some_and(|id| {
             let mut h = DefaultHasher::new();
             id.hash(&mut h);
@@ -483,19 +510,21 @@ impl Server {
             let before = self.run_id.swap(hash, Ordering::AcqRel);
             before != 0 && before != hash
         });
-        let until = if changed {
-            // Another server, or the same one restarted: from now on.
+        let since_answer = last_answer.map(|t| now.saturating_duration_since(t));
+        let restarted_in_place = match (uptime, since_answer) {
+            (Some(up), Some(gap)) => up + Duration::from_secs(1) <= gap,
+            _ => false,
+        };
+        let until = if changed && !restarted_in_place {
             Some(now + max_ttl)
         } else {
-            // Restarted `uptime` ago (whole seconds, rounded down: the
-            // restart may be up to a second earlier, not later).
             uptime
                 .filter(|up| *up < max_ttl)
                 .map(|up| now + (max_ttl - up))
         };
         if let Some(until) = until {
-            let nanos = u64::try_from(until.duration_since(base()).as_nanos()).unwrap_or(u64::MAX);
-            self.kept_out_until.fetch_max(nanos, Ordering::AcqRel);
+            self.kept_out_until
+                .fetch_max(nanos_since_base(until), Ordering::AcqRel);
         }
     }
 
@@ -507,7 +536,14 @@ impl Server {
     }
 }
 
-/// The instant `Server::kept_out_until` counts from.
+/// `t` in nanoseconds after [`base`] (at least 1: 0 means never).
+fn nanos_since_base(t: Instant) -> u64 {
+    u64::try_from(t.saturating_duration_since(base()).as_nanos())
+        .unwrap_or(u64::MAX)
+        .max(1)
+}
+
+/// The instant `Server`'s times count from.
 fn base() -> Instant {
     static BASE: OnceLock<Instant> = OnceLock::new();
     *BASE.get_or_init(Instant::now)
@@ -591,6 +627,28 @@ mod tests {
         let until = s.kept_out(now).expect("kept out");
         assert!(until >= now + ttl - Duration::from_millis(1));
         assert_eq!(s.kept_out(now + ttl + Duration::from_millis(1)), None);
+
+        // Another run_id, started 3 s ago, after the last answer of the one
+        // before (5 s ago): restarted in place, kept out for the 7 s left.
+        let s = server(ttl);
+        s.seen(Some("a"), Some(Duration::from_secs(3600)), now);
+        s.answered(now);
+        let later = now + Duration::from_secs(5);
+        s.seen(Some("b"), Some(Duration::from_secs(3)), later);
+        let left = s.kept_out(later).expect("kept out") - later;
+        assert!(
+            left <= Duration::from_secs(7) && left > Duration::from_millis(6990),
+            "{left:?}"
+        );
+        // Up for 4.x s (4 counted), the last answer 5 s ago: it may have
+        // started before that answer, so it may have been swapped in
+        // since: one ttl from now.
+        let s = server(ttl);
+        s.seen(Some("a"), Some(Duration::from_secs(3600)), now);
+        s.answered(now);
+        s.seen(Some("b"), Some(Duration::from_secs(4)), later);
+        let left = s.kept_out(later).expect("kept out") - later;
+        assert!(left > Duration::from_millis(9990), "{left:?}");
 
         // First seen 4 s after it started: kept out for the 6 s left.
         let s = server(ttl);

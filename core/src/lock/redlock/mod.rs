@@ -171,7 +171,22 @@ impl Redlock {
             _ => Budget::wait(deadline, self.masters.command_timeout()),
         };
         let mut waiter = None;
-        let outcome = self.acquire_as(&token, wait, deadline, budget, interrupt, &mut waiter);
+        let mut lingering = vec![false; self.masters.clients().len()];
+        let call = AcquireCall {
+            token: &token,
+            budget,
+            lingering: &mut lingering,
+        };
+        let outcome = self.acquire_as(call, wait, deadline, interrupt, &mut waiter);
+        if !matches!(outcome, Ok(true)) {
+            // The call is over: what it could not undo is undone by the
+            // keeper once those masters answer (not earlier: a later
+            // attempt of the call could have taken the key again with the
+            // same token, and would have lost it to the keeper).
+            for (i, _) in lingering.iter().enumerate().filter(|(_, l)| **l) {
+                self.release_later(i, &token, self.ttl);
+            }
+        }
         if let Some(w) = waiter {
             let ttl_ms = validate::millis(self.ttl);
             let held = matches!(outcome, Ok(true));
@@ -190,13 +205,17 @@ impl Redlock {
 
     fn acquire_as(
         &self,
-        token: &str,
+        call: AcquireCall<'_>,
         wait: Wait,
         deadline: Option<Instant>,
-        budget: Budget,
         interrupt: Option<Interrupt<'_>>,
         waiter: &mut Option<Waiter>,
     ) -> Result<bool> {
+        let AcquireCall {
+            token,
+            budget,
+            lingering,
+        } = call;
         let ttl_ms = validate::millis(self.ttl);
         let lease_ms = validate::millis(wait::lease_for(NOTIFIED_RECHECK));
         loop {
@@ -221,7 +240,7 @@ impl Redlock {
             }
             if let Some(e) = self.masters.unreachable(replies) {
                 // Undo wherever it may have been taken.
-                self.undo(token, replies, budget);
+                self.undo(token, replies, budget, lingering);
                 return Err(e);
             }
             let closing = waiter.is_some();
@@ -238,7 +257,7 @@ impl Redlock {
             }
             // Not enough: undo everywhere (a master that timed out may have
             // taken it all the same).
-            self.undo(token, replies, budget);
+            self.undo(token, replies, budget, lingering);
             let kept_out = self.masters.kept_out(&asked);
             if wait == Wait::Try {
                 return match kept_out {
@@ -379,19 +398,28 @@ impl Redlock {
     }
 
     /// Undoes an attempt that got `acquired`: releases the token on every
-    /// master, and where it may have been taken (granted, or no reply) but
-    /// the release got no reply, leaves the release to the keeper.
-    fn undo(&self, token: &str, acquired: &[Result<Tried>], budget: Budget) {
+    /// master. Where it may have been taken (granted, no reply, or left
+    /// there by an earlier attempt) and the release got no reply, the token
+    /// is `lingering` there: released by the keeper when the call ends
+    /// without the lock (a later attempt may take the key again meanwhile:
+    /// same token).
+    fn undo(
+        &self,
+        token: &str,
+        acquired: &[Result<Tried>],
+        budget: Budget,
+        lingering: &mut [bool],
+    ) {
         let released = self.release_everywhere(token, budget);
-        for (i, (acquire, release)) in acquired.iter().zip(&released.replies).enumerate() {
+        let replies = acquired.iter().zip(&released.replies);
+        for ((acquire, release), lingers) in replies.zip(lingering.iter_mut()) {
             let may_hold = match acquire {
                 Ok(Tried::Acquired(_)) => true,
+                // Held by another: the token is not there.
                 Ok(Tried::Busy(_)) => false,
-                Err(e) => e.outcome_unknown(),
+                Err(e) => e.outcome_unknown() || *lingers,
             };
-            if may_hold && release.is_err() {
-                self.release_later(i, token, self.ttl);
-            }
+            *lingers = may_hold && release.is_err();
         }
     }
 
@@ -597,6 +625,14 @@ impl Redlock {
     fn not_owned(&self, why: &str) -> Error {
         not_owned(&self.label, why)
     }
+}
+
+/// One acquire call: its token, its budget, and per master whether the
+/// token may linger there (see [`Redlock::undo`]).
+struct AcquireCall<'a> {
+    token: &'a str,
+    budget: Budget,
+    lingering: &'a mut Vec<bool>,
 }
 
 /// A release on one master whose reply was lost (or that could not be sent
