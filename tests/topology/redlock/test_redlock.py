@@ -193,7 +193,7 @@ def test_a_hung_master_never_yields_true_late_or_for_an_expired_hold(hangs):
     servers = [RedisServer() for _ in range(3)]
     proxies = [Proxy(s.port) for s in servers]
     urls = [f"redis://127.0.0.1:{p.port}/0" for p in proxies]
-    hung, proxy = servers[2], proxies[2]
+    proxy = proxies[2]
     try:
         wait_up_for(servers, 2)
         for run in range(3):
@@ -230,7 +230,7 @@ def test_a_hung_master_never_yields_true_late_or_for_an_expired_hold(hangs):
             proxy.resume()
             # Whatever the hung master received runs now (acquires, then releases, in an order
             # nobody controls): the keeper's releases clear it, at worst its TTL does.
-            assert eventually(lambda: holders(servers, key) == 0, 5), f"run {run}: a key was left behind"
+            assert eventually(lambda k=key: holders(servers, k) == 0, 5), f"run {run}: a key was left behind"
             again = Redlock(name, urls, ttl=2)
             assert again.acquire(blocking=False), "free again at once"
             again.release()
@@ -284,7 +284,7 @@ def test_redlock_8_clients_while_masters_are_killed_and_paused(tmp_path):
             s.close()
     problems = tmp_path / "problems"
     assert not problems.exists(), problems.read_text()
-    count, last = map(int, (tmp_path / "counter").read_text().split())
+    count, _last = map(int, (tmp_path / "counter").read_text().split())
     assert count == clients * rounds, "an update was lost: two critical sections overlapped"
     assert kills >= 2 and pauses >= 1, (kills, pauses)
     print(f"redlock: {count} fenced increments by {clients} clients, {kills} restarts, {pauses} pauses, "

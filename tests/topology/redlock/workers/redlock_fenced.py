@@ -1,11 +1,11 @@
 """Redlock contention worker: `rounds` fenced increments of a shared counter file.
 Usage: redlock_fenced.py <state dir> <rounds> <ttl> <hold> <url> [<url> ...]
 
-Inside each hold: an exclusive marker file (O_EXCL) shows that nobody else is inside; the
-counter file holds "<count> <last fencing token>", and a token not above the last is a
-problem. Each hold lasts `hold` seconds (so that faults hit holds). Problems are appended to <state dir>/problems. Errors of a round (too few masters
-answer or may vote, a release that cannot be confirmed) are retried: the test kills and
-pauses masters."""
+Inside each hold (`hold` seconds long, so that faults hit holds): an exclusive marker file
+(O_EXCL) shows that nobody else is inside; the counter file holds "<count> <last fencing
+token>", and a token not above the last is a problem. Problems are appended to
+<state dir>/problems. Errors of a round (too few masters answer or may vote, a release that
+cannot be confirmed) are retried: the test kills and pauses masters."""
 
 import os
 import sys
