@@ -374,9 +374,9 @@ impl Masters {
             })
             .collect();
         let why = format!(
-            "{}: only {voting} of {} masters may vote (quorum {}): a master that restarted \
-             lately may have lost locks, so it does not count toward a quorum until one lock \
-             TTL has passed (Redlock's delayed restart; see docs/deployment.md): {}",
+            "{}: only {voting} of {} masters may vote (quorum {}): a master that (re)started \
+             less than one lock TTL ago may have lost locks, so it has no vote until that TTL \
+             has passed (Redlock's delayed restart, see docs/deployment.md): {}",
             self.label,
             self.clients.len(),
             self.quorum(),
