@@ -1,66 +1,85 @@
-"""A TCP proxy for network faults: forwards loopback connections to a server and can stall.
+"""A TCP proxy between the client and a test server, for network faults a
+paused server cannot make: a network that holds packets back and delivers
+them late (``stall``/``resume``), a server that hangs behind a link that stops
+forwarding, new connections included (``hang``, ``hang_after_reply``), and a
+connection that dies after its command was delivered, before the reply
+(``cut_replies``).
 
-``Proxy(target_port)`` listens on a free loopback port (``.port``) and forwards every
-connection to ``127.0.0.1:target_port``. ``stall()`` stops forwarding both ways while
-keeping every connection open (new ones are accepted too): to a client the server hangs, as
-behind a link that drops packets. ``resume()`` forwards again, delivering what waited, as TCP
-does when the link comes back. ``stall_after_reply()`` lets the next chunk of bytes from the
-server through and stalls right behind it: the server answered one request, then hangs.
-``close()`` (or leaving a ``with`` block) closes everything.
-
-One thread accepts, two threads per connection pump bytes (one each way); a pump waits while
-stalled before it reads and again before it writes, so nothing is forwarded once ``stall()``
-has returned.
+Threads, not asyncio: a stalled direction holds the chunk it read and stops
+reading, so what the client sends meanwhile stays buffered in the kernel and
+reaches the server on resume, even after the client reset the connection.
 """
 
 from __future__ import annotations
 
-import select
 import socket
 import threading
 
 
 class Proxy:
-    """Forwards ``127.0.0.1:<port>`` to ``127.0.0.1:<target_port>``; can stall and resume."""
+    """Forwards a free loopback port to ``127.0.0.1:<target>``."""
 
-    def __init__(self, target_port: int, host: str = "127.0.0.1"):
-        self.target = (host, target_port)
+    def __init__(self, target: int):
+        self.target = target
         self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port: int = self._listener.getsockname()[1]
-        self._flowing = threading.Event()
-        self._flowing.set()
-        self._closed = threading.Event()
-        self._lock = threading.Lock()
+        self._listener.settimeout(0.05)
+        self.port = self._listener.getsockname()[1]
+        self._cond = threading.Condition()
+        self._opened = 0
+        self._stalled_below = 0
+        self._cut = 0
+        self._hung = False
+        self._hang_after_reply = False
+        self._stop = False
         self._sockets: list[socket.socket] = []
-        self._stall_after_reply = False
-        self.connections = 0
-        threading.Thread(target=self._accept, name=f"proxy-{self.port}", daemon=True).start()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def url(self, query: str = "") -> str:
+        return f"redis://127.0.0.1:{self.port}/0{query}"
 
     def stall(self) -> None:
-        """Stops forwarding, both ways, on every connection (they stay open)."""
-        self._flowing.clear()
+        """Hold back everything on the connections open now, both ways, until
+        ``resume``; connections opened later pass."""
+        with self._cond:
+            self._stalled_below = self._opened
 
-    def resume(self) -> None:
-        """Forwards again (what was sent meanwhile is delivered)."""
-        with self._lock:
-            self._stall_after_reply = False
-        self._flowing.set()
+    def hang(self) -> None:
+        """Hold back everything, both ways, on every connection (those opened
+        later too: they are accepted, nothing passes) until ``resume``: to the
+        client, the server hangs."""
+        with self._cond:
+            self._hung = True
 
-    def stall_after_reply(self) -> None:
-        """Forwards the next chunk the server sends, then stalls (see the module docs)."""
-        with self._lock:
-            self._stall_after_reply = True
+    def hang_after_reply(self) -> None:
+        """Pass the next reply of the server (any connection), then ``hang``:
+        the server answered one request and then hung."""
+        with self._cond:
+            self._hang_after_reply = True
 
     @property
-    def stalled(self) -> bool:
-        return not self._flowing.is_set()
+    def hung(self) -> bool:
+        with self._cond:
+            return self._hung
+
+    def resume(self) -> None:
+        """Deliver what ``stall`` or ``hang`` held back, and go on forwarding."""
+        with self._cond:
+            self._stalled_below = 0
+            self._hung = self._hang_after_reply = False
+            self._cond.notify_all()
+
+    def cut_replies(self, n: int = 1) -> None:
+        """Drop the next ``n`` replies of the server (any connection) and close
+        their connection: the command ran, the client learns nothing of it."""
+        with self._cond:
+            self._cut = n
 
     def close(self) -> None:
-        self._closed.set()
-        self._flowing.set()
-        with self._lock:
-            sockets, self._sockets = self._sockets, []
-        for s in [self._listener, *sockets]:
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        self._listener.close()
+        for s in self._sockets:
             try:
                 s.close()
             except OSError:
@@ -73,59 +92,57 @@ class Proxy:
         self.close()
 
     def _accept(self) -> None:
-        while not self._closed.is_set():
+        while not self._stop:
             try:
                 client, _ = self._listener.accept()
+            except TimeoutError:
+                continue
             except OSError:
                 return
             try:
-                server = socket.create_connection(self.target, timeout=5)
+                server = socket.create_connection(("127.0.0.1", self.target))
             except OSError:
                 client.close()
                 continue
-            server.settimeout(None)
             for s in (client, server):
                 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            with self._lock:
-                if self._closed.is_set():
-                    client.close()
-                    server.close()
+                self._sockets.append(s)
+            with self._cond:
+                self._opened += 1
+                number = self._opened
+            threading.Thread(target=self._pump, args=(client, server, number, False), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, number, True), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, number: int, replies: bool) -> None:
+        src.settimeout(0.05)
+        while not self._stop:
+            try:
+                chunk = src.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError:
+                break
+            if not chunk:
+                break
+            with self._cond:
+                while (number <= self._stalled_below or self._hung) and not self._stop:
+                    self._cond.wait()
+                if replies and self._cut > 0:
+                    self._cut -= 1
+                    for s in (src, dst):
+                        try:
+                            s.shutdown(socket.SHUT_RDWR)
+                        except OSError:
+                            pass
                     return
-                self._sockets += [client, server]
-                self.connections += 1
-            for src, dst, from_server in ((client, server, False), (server, client, True)):
-                threading.Thread(target=self._pump, args=(src, dst, from_server), daemon=True).start()
-
-    def _wait_flowing(self) -> bool:
-        """Waits while stalled; False once closed."""
-        while not self._flowing.wait(0.05):
-            if self._closed.is_set():
-                return False
-        return not self._closed.is_set()
-
-    def _pump(self, src: socket.socket, dst: socket.socket, from_server: bool) -> None:
+                if replies and self._hang_after_reply:
+                    self._hang_after_reply = False
+                    self._hung = True
+            try:
+                dst.sendall(chunk)
+            except OSError:
+                break
         try:
-            while self._wait_flowing():
-                ready, _, _ = select.select([src], [], [], 0.05)
-                if not ready:
-                    continue
-                data = src.recv(65536)
-                if not data:
-                    dst.shutdown(socket.SHUT_WR)
-                    return
-                if not self._wait_flowing():
-                    return
-                dst.sendall(data)
-                if from_server:
-                    with self._lock:
-                        if self._stall_after_reply:
-                            self._stall_after_reply = False
-                            self._flowing.clear()
-        except (OSError, ValueError):  # reset, or closed by the other pump or close()
+            dst.shutdown(socket.SHUT_WR)
+        except OSError:
             pass
-        finally:
-            for s in (src, dst):
-                try:
-                    s.close()
-                except OSError:
-                    pass
