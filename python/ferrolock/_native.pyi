@@ -7,7 +7,7 @@ The public ``ferrolock.Lock`` and ``ferrolock.Redlock`` subclass the native
 """
 
 import builtins
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Final, final, overload
 
@@ -31,6 +31,8 @@ __all__ = [
     "_Cancel",
     "_LockBase",
     "__version__",
+    "_caller_id",
+    "_set_green_hook",
 ]
 
 __version__: str
@@ -44,6 +46,15 @@ DEFAULT_QUEUE_PREFIX: Final = "Queue:"
 DEFAULT_VISIBILITY: Final = 30.0
 """The core's default visibility timeout of reserved tasks, in seconds
 (``ferrolock::DEFAULT_VISIBILITY``)."""
+
+def _set_green_hook(hook: Callable[[], Callable[[int], object] | None]) -> None:
+    """Registers the package's gevent/eventlet hook (``ferrolock/_green.py``):
+    called when ``threading`` is patched, it answers how the current greenlet
+    waits for a file descriptor, or ``None`` when it must not yield."""
+
+def _caller_id() -> int:
+    """``threading.get_ident()`` as it is now: the OS thread's id, or under
+    gevent/eventlet the current greenlet's."""
 
 class FerrolockError(Exception):
     """Base class of every ferrolock error."""
@@ -141,6 +152,7 @@ class _LockBase:
     def _try_acquire_nowait(self) -> bool: ...
     def _enter_cancellable(self, cancel: _Cancel) -> None: ...
 
+@disjoint_base
 class Lock(_LockBase):
     """A distributed lock on one Redis deployment: the native half of
     ``ferrolock.Lock`` (see there)."""
@@ -159,6 +171,14 @@ class Lock(_LockBase):
         min_replicas: int = 0,
     ) -> Self:
         """Create a lock (nothing is sent to Redis yet)."""
+    def _acquire_with_token(
+        self, token: str | bytes, blocking: bool = True, timeout: float | None = None
+    ) -> bool:
+        """``acquire`` with the caller's owner token (UTF-8) instead of a random
+        one (``ferrolock.redis.Lock.acquire(token=...)``)."""
+    def _remaining(self) -> float | None:
+        """Remaining TTL of the key in seconds, whoever holds it (``None``: not
+        held, or no TTL)."""
 
 class Redlock(_LockBase):
     """A lock over several independent Redis masters: the native half of

@@ -10,6 +10,7 @@
 
 mod convert;
 mod errors;
+mod green;
 mod lock;
 mod queue;
 
@@ -27,6 +28,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         ferrolock::DEFAULT_VISIBILITY.as_secs_f64(),
     )?;
     errors::add_to(m)?;
+    m.add_function(wrap_pyfunction!(green::set_hook, m)?)?;
+    m.add_function(wrap_pyfunction!(green::py_caller_id, m)?)?;
     m.add_class::<lock::PyCancel>()?;
     m.add_class::<lock::PyLockBase>()?;
     m.add_class::<lock::PyLock>()?;

@@ -5,10 +5,12 @@ use std::time::Duration;
 
 use ferrolock::{DEFAULT_QUEUE_PREFIX, DEFAULT_VISIBILITY, QueueOptions, Wait, validate};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyString};
+use pyo3::types::{PyList, PyString};
 
-use crate::convert::{blocking, bytes_str, client, quick, str_bytes, wait_secs};
-use crate::errors::{IntoPy, type_error};
+use crate::convert::{
+    arg, blocking, blocking_undo, bytes_str, client, enqueue_items, quick, str_bytes, wait_secs,
+};
+use crate::errors::IntoPy;
 
 /// Where a task came from decides what `ack`/`nack` mean.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -62,7 +64,11 @@ impl PyTask {
 
     /// Give the task back, due after `delay` seconds.
     #[pyo3(signature = (delay = 0.0))]
-    fn nack(&self, py: Python<'_>, delay: f64) -> PyResult<bool> {
+    fn nack(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = arg::delay)] delay: f64,
+    ) -> PyResult<bool> {
         let delay = validate::offset(delay, "delay").py()?;
         let (queue, task) = (self.queue.clone(), self.task.clone());
         match self.origin {
@@ -154,6 +160,17 @@ impl PyQueue {
     }
 }
 
+/// Gives back tasks popped for a caller that is gone (a greenlet killed while
+/// it waited): each due again at its own score.
+fn put_back(queue: &ferrolock::Queue, tasks: Vec<ferrolock::Task>) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    for task in tasks {
+        let _ = queue.enqueue(&[&task.id], task.score - now, None, None);
+    }
+}
+
 fn count_arg(count: Option<i64>) -> PyResult<usize> {
     match count {
         None => Ok(1),
@@ -166,21 +183,21 @@ impl PyQueue {
     #[new]
     // Defaults are the core's (see `PyLock::new`).
     #[pyo3(
-        signature = (name, *, url = None, prefix = DEFAULT_QUEUE_PREFIX,
+        signature = (name, *, url = None, prefix = DEFAULT_QUEUE_PREFIX.into(),
                      visibility = DEFAULT_VISIBILITY.as_secs_f64()),
         text_signature = "(name, *, url=None, prefix='Queue:', visibility=30.0)"
     )]
     fn new(
         name: &Bound<'_, PyAny>,
-        url: Option<&str>,
-        prefix: &str,
-        visibility: f64,
+        #[pyo3(from_py_with = arg::url)] url: Option<String>,
+        #[pyo3(from_py_with = arg::prefix)] prefix: Vec<u8>,
+        #[pyo3(from_py_with = arg::visibility)] visibility: f64,
     ) -> PyResult<Self> {
         let name = str_bytes(name, "name")?;
         let mut opts = QueueOptions::default();
-        opts.prefix = prefix.as_bytes().to_vec();
+        opts.prefix = prefix;
         opts.visibility = validate::seconds(visibility, "visibility", true).py()?;
-        let queue = ferrolock::Queue::new(&client(url)?, &name, opts).py()?;
+        let queue = ferrolock::Queue::new(&client(url.as_deref())?, &name, opts).py()?;
         Ok(Self {
             inner: Arc::new(queue),
         })
@@ -188,18 +205,19 @@ impl PyQueue {
 
     /// Add one id or many (one round trip); returns how many were new.
     #[pyo3(signature = (ids, *, delay = 0.0))]
-    fn enqueue(&self, py: Python<'_>, ids: &Bound<'_, PyAny>, delay: f64) -> PyResult<usize> {
-        let ids: Vec<Vec<u8>> = if ids.is_instance_of::<PyString>() {
-            vec![str_bytes(ids, "ids")?]
-        } else if ids.is_instance_of::<PyBytes>() {
-            return Err(type_error("ids", "a str or an iterable of str", ids));
-        } else {
-            let iter = ids
-                .try_iter()
-                .map_err(|_| type_error("ids", "a str or an iterable of str", ids))?;
-            iter.map(|id| str_bytes(&id?, "each id"))
-                .collect::<PyResult<_>>()?
-        };
+    fn enqueue(
+        &self,
+        py: Python<'_>,
+        ids: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = arg::delay)] delay: f64,
+    ) -> PyResult<usize> {
+        let items = enqueue_items(ids)?;
+        if items.payloads.is_some() {
+            return Err(pyo3::exceptions::PyTypeError::new_err(
+                "ids: payloads (a mapping of id to payload) are not supported by this version",
+            ));
+        }
+        let ids = items.ids;
         let queue = self.inner.clone();
         blocking(py, None, move |hook| queue.enqueue(&ids, delay, None, hook))
     }
@@ -209,19 +227,28 @@ impl PyQueue {
     fn pop<'py>(
         &self,
         py: Python<'py>,
-        count: Option<i64>,
-        wait: f64,
+        #[pyo3(from_py_with = arg::count)] count: Option<i64>,
+        #[pyo3(from_py_with = arg::wait)] wait: f64,
     ) -> PyResult<Bound<'py, PyAny>> {
         let n = count_arg(count)?;
         let wait = wait_secs(wait)?;
-        let queue = self.inner.clone();
-        let tasks = blocking(py, None, move |hook| queue.pop(n, wait, None, hook))?;
+        let (queue, back) = (self.inner.clone(), self.inner.clone());
+        let tasks = blocking_undo(
+            py,
+            None,
+            move |hook| queue.pop(n, wait, None, hook),
+            move |tasks| put_back(&back, tasks),
+        )?;
         self.tasks(py, tasks, Origin::Popped, count)
     }
 
     /// Read due tasks without taking them.
     #[pyo3(signature = (count = None))]
-    fn top<'py>(&self, py: Python<'py>, count: Option<i64>) -> PyResult<Bound<'py, PyAny>> {
+    fn top<'py>(
+        &self,
+        py: Python<'py>,
+        #[pyo3(from_py_with = arg::count)] count: Option<i64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let n = count_arg(count)?;
         let queue = self.inner.clone();
         let tasks = quick(py, move || queue.top(n))?;
@@ -229,7 +256,12 @@ impl PyQueue {
     }
 
     /// Remove `id` if its score is still exactly `score`.
-    fn dequeue(&self, py: Python<'_>, id: &Bound<'_, PyAny>, score: f64) -> PyResult<bool> {
+    fn dequeue(
+        &self,
+        py: Python<'_>,
+        id: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = arg::score)] score: f64,
+    ) -> PyResult<bool> {
         let id = str_bytes(id, "id")?;
         let queue = self.inner.clone();
         blocking(py, None, move |hook| queue.dequeue(&id, score, None, hook))
@@ -240,16 +272,25 @@ impl PyQueue {
     fn reserve<'py>(
         &self,
         py: Python<'py>,
-        wait: f64,
-        visibility: Option<f64>,
+        #[pyo3(from_py_with = arg::wait)] wait: f64,
+        #[pyo3(from_py_with = arg::opt_visibility)] visibility: Option<f64>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let wait: Wait = wait_secs(wait)?;
         let visibility: Option<Duration> = visibility
             .map(|v| validate::seconds(v, "visibility", true))
             .transpose()
             .py()?;
-        let queue = self.inner.clone();
-        let task = blocking(py, None, move |hook| queue.reserve(visibility, wait, hook))?;
+        let (queue, back) = (self.inner.clone(), self.inner.clone());
+        let task = blocking_undo(
+            py,
+            None,
+            move |hook| queue.reserve(visibility, wait, hook),
+            move |task| {
+                if let Some(t) = task {
+                    let _ = back.nack(&t.id, t.receipt.as_deref().unwrap_or(""), 0.0, None);
+                }
+            },
+        )?;
         self.tasks(py, task.into_iter().collect(), Origin::Reserved, None)
     }
 
