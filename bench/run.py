@@ -599,6 +599,23 @@ def producer_ferrolock(url: str, name: str) -> Push:
     return push
 
 
+def producer_ferrolock_payload(url: str, name: str) -> Push:
+    """As producer_ferrolock, each job with a 1 KB payload."""
+    from ferrolock import Queue
+
+    q = Queue(name, url=url)
+    payload = os.urandom(1024)
+
+    def push(count: int, first: int, stamped: bool) -> None:
+        if stamped:
+            for i in range(first, first + count):
+                q.enqueue({f"{i}:{time.monotonic_ns()}": payload})
+        else:
+            q.enqueue({f"{i}:0": payload for i in range(first, first + count)})
+
+    return push
+
+
 def producer_huey(url: str, name: str) -> Push:
     import hueyapp
 
@@ -627,10 +644,14 @@ def producer_rq(url: str, name: str) -> Push:
     return push
 
 
-# label: (queue_worker.py system, producer, jobs per drain run). The queue
-# helper adds ferrolock's own worker loop here (and in queue_worker.py).
+# label: (queue_worker.py system, producer, jobs per drain run).
 QUEUE_SYSTEMS: dict[str, tuple[str, Callable[[str, str], Push], int]] = {
+    "ferrolock work()": ("ferrolock-work", producer_ferrolock, 6000),
+    "ferrolock work(), 1 KB payloads": ("ferrolock-work", producer_ferrolock_payload, 6000),
+    "ferrolock work() (PHP)": ("ferrolock-work-php", producer_ferrolock, 6000),
     "ferrolock reserve+ack": ("ferrolock-reserve", producer_ferrolock, 4000),
+    "ferrolock reserve(16)+ack": ("ferrolock-batch", producer_ferrolock, 6000),
+    "legacy RedisQueue pop (PHP)": ("legacy-pop-php", producer_ferrolock, 2000),
     "huey": ("huey", producer_huey, 3000),
     "RQ SimpleWorker": ("rq", producer_rq, 1000),
     "RQ Worker (fork per job)": ("rq-fork", producer_rq, 150),

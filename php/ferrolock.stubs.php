@@ -142,28 +142,58 @@ class RedisLock
  * A task queue, a drop-in replacement for the legacy RedisQueue class (sorted
  * set `Queue:<name>`, score = due unix time). Every operation is one atomic
  * script; a legacy client holding `Lock:Queue:<name>` is waited for.
+ *
+ * The extras make it a production queue (docs/queue.md): reserved tasks
+ * count attempts, back off when they fail (min(backoff_cap,
+ * backoff * 2^(attempts - 1)) seconds, cut by up to backoff_jitter), go to a
+ * dead set after max_attempts, can carry a payload, are kept alive by
+ * touch(); an id is never in flight twice; work() is a worker loop that takes
+ * one round trip per job.
  */
 class RedisQueue
 {
-    /** @param string|array|null $param Redis URL, connection array, or null. */
+    /**
+     * @param string|array|null $param Redis URL, connection array, or null.
+     *        Array extras: 'prefix' (default 'Queue:'), 'lock_prefix'
+     *        (default 'Lock:'), and for every queue of this object:
+     *        'visibility' (seconds a reservation lasts, default 30),
+     *        'max_attempts' (reservations a task gets before the dead set,
+     *        default 10; null: unlimited), 'backoff' (seconds, default 1),
+     *        'backoff_cap' (default 300), 'backoff_jitter' (0 to 1, default
+     *        0.5). These settings travel with each reservation.
+     *        'min_replicas' (default 0): an enqueue or ack returns once that
+     *        many replicas confirmed it (WAIT); a master with fewer refuses
+     *        at once with RedisLockException, writing nothing.
+     */
     public function __construct(string|array|null $param = null) {}
 
     /**
      * Adds `$id` (or an array of ids) due `$afterInterval` seconds from now.
-     * Ids already queued keep their score. An id is 1 to 4096 bytes.
+     * Ids already queued keep their score. An id is 1 to 4096 bytes. An id in
+     * flight (reserved) is not handed to a second consumer: it is queued
+     * again when its reservation ends (after an ack, as a new task).
      *
      * @param int $timeout Seconds to wait for a legacy client's queue lock.
      */
     public function enqueue(string $name, string|int|array $id, ?int $timeout = 10, int|float|null $afterInterval = 0): bool {}
 
-    /** Removes `$id` if its score is still exactly `$score`. */
+    /**
+     * Extra: adds tasks with payloads, `[id => payload, ...]` (binary-safe
+     * strings), like enqueue(). A payload replaces the one the task had (a
+     * queued id keeps its score; an id in flight gets it with its next run).
+     * Payloads are deleted when the task is acked, popped, dequeued or purged.
+     */
+    public function enqueueWithPayloads(string $name, array $tasks, ?int $timeout = 10, int|float|null $afterInterval = 0): bool {}
+
+    /** Removes `$id` (and its payload) if its score is still exactly `$score`. */
     public function dequeue(string $name, string|int $id, float $score, ?int $timeout = 10): bool {}
 
     /**
      * Takes up to `$count` due tasks, lowest score first.
      *
-     * @return array|false `$count == 1`: ['id' => string, 'score' => float] or
-     *         false; `$count > 1`: a list of those (maybe empty).
+     * @return array|false `$count == 1`: ['id' => string, 'score' => float]
+     *         (plus 'payload' => string when the task has one) or false;
+     *         `$count > 1`: a list of those (maybe empty).
      */
     public function pop(string $name, ?int $count = 1, ?int $timeout = 10): array|false {}
 
@@ -171,21 +201,96 @@ class RedisQueue
     public function top(string $name, ?int $count = 1): array|false {}
 
     /**
-     * Extra: reserves one due task for `$visibility` seconds (default: the
-     * core's visibility timeout, 30 s), waiting up to `$wait` seconds for one
-     * (woken by enqueues; more than ten years waits ten years; NAN or INF:
-     * false and an E_WARNING). If it is not acked in time it returns to the
-     * queue.
+     * Extra: reserves up to `$count` due tasks for `$visibility` seconds
+     * (null: the object's, 30 s by default), waiting up to `$wait` seconds
+     * for one (woken by enqueues; more than ten years waits ten years; NAN or
+     * INF: false and an E_WARNING). A
+     * task not acked in time returns to the queue after its backoff (or goes
+     * to the dead set at its last attempt).
      *
-     * @return array|false ['id' => string, 'score' => float, 'receipt' => string]
+     * @return array|false `$count == 1`: ['id' => string, 'score' => float,
+     *         'receipt' => string, 'attempts' => int (this reservation
+     *         included), 'payload' => string when it has one] or false;
+     *         `$count > 1`: a list of those (maybe empty).
      */
-    public function reserve(string $name, int|float|null $visibility = 30, int|float|null $wait = 0): array|false {}
+    public function reserve(string $name, int|float|null $visibility = null, int|float|null $wait = 0, ?int $count = 1): array|false {}
 
-    /** Extra: acknowledges a reserved task; false when the reservation was lost. */
+    /**
+     * Extra: acknowledges a reserved task; false when the reservation was
+     * lost. A receipt of another task is refused (warning, false, nothing
+     * changes).
+     */
     public function ack(string $name, string|int $id, string $receipt): bool {}
 
-    /** Extra: gives a reserved task back, due after `$delay` seconds. */
-    public function nack(string $name, string|int $id, string $receipt, int|float|null $delay = 0): bool {}
+    /**
+     * Extra: gives a reserved task back, due after `$delay` seconds, or after
+     * its backoff when null; at its last attempt it goes to the dead set.
+     * False when the reservation was lost.
+     */
+    public function nack(string $name, string|int $id, string $receipt, int|float|null $delay = null): bool {}
+
+    /**
+     * Extra: extends a reservation (a heartbeat): it now runs out
+     * `$visibility` seconds from now (null: the visibility it was reserved
+     * with). False when it is no longer ours.
+     */
+    public function touch(string $name, string|int $id, string $receipt, int|float|null $visibility = null): bool {}
+
+    /**
+     * Extra: up to `$count` dead tasks from `$offset` on, the oldest death
+     * first.
+     *
+     * @return array A list of ['id' => string, 'score' => float (when it
+     *         died), 'attempts' => int, 'payload' => string when it has one].
+     */
+    public function dead(string $name, ?int $count = 100, ?int $offset = 0): array {}
+
+    /**
+     * Extra: puts dead tasks back into the queue, due now, attempts reset,
+     * payloads kept: those of `$ids` that are dead, or all when null.
+     * Returns how many.
+     */
+    public function retryDead(string $name, string|int|array|null $ids = null): int {}
+
+    /**
+     * Extra: deletes dead tasks and their payloads: those of `$ids` that are
+     * dead, or all when null. Returns how many.
+     */
+    public function purgeDead(string $name, string|int|array|null $ids = null): int {}
+
+    /**
+     * Extra: what the queue holds, in one round trip without a scan.
+     *
+     * @return array|false ['due' => int, 'delayed' => int, 'in_flight' => int,
+     *         'dead' => int, 'oldest_due_age' => float (seconds the oldest due
+     *         task has been due; 0.0 when none is)]
+     */
+    public function stats(string $name): array|false {}
+
+    /**
+     * Extra: a worker loop for CLI workers. Calls `$handler($task)` for each
+     * task (the array reserve() gives): returning acks it, throwing nacks it
+     * (backoff, or the dead set at its last attempt; the exception is logged
+     * with error_log()). One round trip per job: the ack of a task reserves
+     * the next. The reservation is kept alive while the handler runs.
+     * Connection errors are logged and ridden out. Stops after the task at
+     * hand on RedisQueue::stop(), on SIGTERM or SIGINT when pcntl is loaded
+     * (a second SIGINT kills), after 'max_jobs', or when nothing came within
+     * 'wait'.
+     *
+     * @param array $options 'wait' => seconds to wait for work (null, the
+     *        default: forever; 0: drain what is due), 'visibility' => seconds,
+     *        'heartbeat' => bool (default true), 'max_jobs' => int (0: no limit).
+     * @return int How many tasks were handled.
+     */
+    public function work(string $name, callable $handler, ?array $options = null): int {}
+
+    /**
+     * Extra: asks every work() loop of this process to stop after the task at
+     * hand. work() installs it as the pcntl handler of SIGTERM and SIGINT
+     * (hence its parameters).
+     */
+    public static function stop(?int $signal = null, mixed $info = null): void {}
 
     /** Extra: number of queued tasks, due or delayed (reserved ones excluded). */
     public function len(string $name): int {}
@@ -460,12 +565,13 @@ final class Task
     public function ack(): bool {}
 
     /**
-     * Gives a reserved task back, due after `$delay` seconds. False when the
-     * reservation was lost.
+     * Gives a reserved task back, due after `$delay` seconds, or after its
+     * backoff when null (at its last attempt it goes to the dead set). False
+     * when the reservation was lost.
      *
      * @throws \LogicException for a task that was popped or read, not reserved.
      */
-    public function nack(int|float|null $delay = 0): bool {}
+    public function nack(int|float|null $delay = null): bool {}
 }
 
 } // namespace Ferrolock

@@ -8,6 +8,11 @@ Usage: queue_worker.py <system> <url> <queue name>   (with $BENCH_JOBS_FILE set)
 
 Systems (the keys of WORKERS):
 - ferrolock-reserve: ``Queue.reserve(wait=…)`` then ``Task.ack()`` (two round trips per job);
+- ferrolock-work: ferrolock's worker loop, ``Queue.work`` (one round trip per job: the ack
+  of a job reserves the next; heartbeats on, as by default);
+- ferrolock-batch: ``Queue.reserve(16, wait=…)`` then an ``ack()`` each;
+- ferrolock-work-php: ``RedisQueue::work`` (PHP, queue_worker.php);
+- legacy-pop-php: the legacy PHP class's ``pop`` (queue lock, ZRANGEBYSCORE, ZREM, unlock);
 - huey: huey's own consumer (``huey.create_consumer``), one worker thread;
 - rq: RQ's ``SimpleWorker`` (runs jobs in its own process);
 - rq-fork: RQ's default ``Worker`` (forks a work horse per job).
@@ -48,6 +53,40 @@ def ferrolock_reserve(url: str, name: str) -> None:
         task.ack()
 
 
+def ferrolock_work(url: str, name: str) -> None:
+    from ferrolock import Queue
+
+    q = Queue(name, url=url)
+    len(q)
+    wait_for_start()
+    q.work(lambda task: qjobs.record(int(task.id.rsplit(":", 1)[1])))
+
+
+def ferrolock_batch(url: str, name: str) -> None:
+    from ferrolock import Queue
+
+    q = Queue(name, url=url)
+    len(q)
+    wait_for_start()
+    while True:
+        for task in q.reserve(16, wait=5.0):
+            qjobs.record(int(task.id.rsplit(":", 1)[1]))
+            task.ack()
+
+
+def php(system: str) -> Callable[[str, str], None]:
+    """A PHP consumer (queue_worker.php), in place of this process."""
+
+    def run(url: str, name: str) -> None:
+        here = os.path.dirname(os.path.abspath(__file__))
+        ext = os.path.join(here, "..", "..", "target", "release", "libferrolock_php.so")
+        sys.stdout.flush()
+        os.execvp("php", ["php", "-d", f"extension={ext}", os.path.join(here, "queue_worker.php"),
+                          system, url, name])
+
+    return run
+
+
 def huey(url: str, name: str) -> None:
     import hueyapp
 
@@ -72,6 +111,10 @@ def _rq(url: str, name: str, simple: bool) -> None:
 
 WORKERS: dict[str, Callable[[str, str], None]] = {
     "ferrolock-reserve": ferrolock_reserve,
+    "ferrolock-work": ferrolock_work,
+    "ferrolock-batch": ferrolock_batch,
+    "ferrolock-work-php": php("ferrolock-work-php"),
+    "legacy-pop-php": php("legacy-pop-php"),
     "huey": huey,
     "rq": lambda url, name: _rq(url, name, simple=True),
     "rq-fork": lambda url, name: _rq(url, name, simple=False),

@@ -17,10 +17,10 @@ from ferrolock._native import (
     LockLostError,
     LockNotOwnedError,
     LockTimeout,
-    Queue,
     Task,
     __version__,
 )
+from ferrolock._queue import Queue
 
 __all__ = [
     "ConnectionError",

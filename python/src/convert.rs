@@ -262,6 +262,10 @@ pub mod arg {
         opt_visibility: Option<f64> = opt_seconds_arg("visibility");
         wait: f64 = seconds_arg("wait");
         delay: f64 = seconds_arg("delay");
+        opt_delay: Option<f64> = opt_seconds_arg("delay");
+        backoff: f64 = seconds_arg("backoff");
+        backoff_cap: f64 = seconds_arg("backoff_cap");
+        max_attempts: Option<i64> = opt_int_arg("max_attempts");
         count: Option<i64> = opt_int_arg("count");
         min_replicas: i64 = int_arg("min_replicas");
         blocking: bool = bool_arg("blocking");
@@ -276,6 +280,11 @@ pub mod arg {
     /// The `score` argument: a number (any float; the core checks it is finite).
     pub fn score(value: &Bound<'_, PyAny>) -> PyResult<f64> {
         super::number_arg(value, "score", "a number")
+    }
+
+    /// The `backoff_jitter` argument: a number (the core checks its range).
+    pub fn backoff_jitter(value: &Bound<'_, PyAny>) -> PyResult<f64> {
+        super::number_arg(value, "backoff_jitter", "a number")
     }
 }
 

@@ -36,5 +36,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<lock::PyRedlock>()?;
     m.add_class::<queue::PyQueue>()?;
     m.add_class::<queue::PyTask>()?;
+    m.add_class::<queue::PyWorker>()?;
     Ok(())
 }

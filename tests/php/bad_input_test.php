@@ -56,13 +56,15 @@ foreach ($calls as $call) {
 echo json_encode($outcomes), "\n";
 assert($outcomes['warning'] > 100 && $outcomes['TypeError'] > 10);
 // The only keys written are the locks (and fencing counters) of valid names
-// taken by valid calls; existing data is untouched.
+// taken by valid calls, and the records of pops (what a pop took, for a
+// lost reply: they expire); existing data is untouched.
 $valid = array_filter($names, fn($n) => $n !== '' && strlen($n) <= 4096);
 $valid = array_merge($valid, ['x', '1', '1.5']); // true and 1.5 are coerced to names, as PHP does
 foreach (array_diff($r->keys('*'), $before) as $k) {
     $ok = false;
     foreach ($valid as $n) {
-        $ok = $ok || $k === "Lock:$n" || $k === "Queue:$n" || str_ends_with($k, "Lock:$n:fence");
+        $ok = $ok || $k === "Lock:$n" || $k === "Queue:$n" || str_ends_with($k, "Lock:$n:fence")
+            || preg_match('/^\{[^}]*\}' . preg_quote("Queue:$n:r:", '/') . '[0-9a-f]{32}$/', $k); // a pop's record
     }
     assert($ok, 'unexpected key ' . bin2hex($k));
 }
@@ -187,7 +189,8 @@ foreach (['RedisLock' => $l, 'RedisQueue' => $q] as $class => $object) {
         $params = $m->getParameters();
         foreach ($params as $i => $p) {
             $args = array_map(fn($q) => match ((string) $q->getType()) {
-                'int', '?int' => 1, 'float', '?float' => 1.0, default => 'x',
+                'int', '?int' => 1, 'float', '?float' => 1.0, 'array', '?array' => [],
+                'callable' => 'strlen', default => 'x',
             }, $params);
             $args[$i] = new stdClass();
             $call = $m->getName() === '__construct'

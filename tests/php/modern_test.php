@@ -254,8 +254,9 @@ $task = $q->reserve(visibility: 0.2);
 assert($task->id() === 'r2' && $task->nack(0) === true);
 $task = $q->reserve(wait: 1, visibility: 0.2);
 assert($task->id() === 'r2');
-usleep(350000);
-$again = $q->reserve();
+// Back once its visibility ran out and its backoff (2 s at most for a second
+// attempt, with the default 1 s base) passed.
+$again = $q->reserve(wait: 5);
 assert($again !== null && $again->id() === 'r2', 'back after its visibility ran out');
 assert($task->ack() === false, 'the expired reservation is lost');
 assert($again->ack() === true);

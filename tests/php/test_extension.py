@@ -23,7 +23,8 @@ def extension_built() -> None:
     assert PHP_EXT.exists(), f"{PHP_EXT} is missing: run `make php` (the Makefile's test target does)"
 
 
-@pytest.mark.parametrize("script", ["lock_test.php", "queue_test.php", "bad_input_test.php", "modern_test.php"])
+@pytest.mark.parametrize("script", ["lock_test.php", "queue_test.php", "queue_production_test.php",
+                                    "bad_input_test.php", "modern_test.php"])
 def test_php_script(script: str, url: str) -> None:
     proc = run_php(PHP / script, env={"REDIS_URL": url})
     print(proc.stdout)

@@ -270,15 +270,16 @@ impl Task {
         })
     }
 
-    /// Gives a reserved task back, due after `$delay` seconds. False when
-    /// the reservation was lost.
-    #[php(defaults(delay = Some(0.into())))]
+    /// Gives a reserved task back, due after `$delay` seconds, or after its
+    /// backoff when null (at its last attempt it goes to the dead set).
+    /// False when the reservation was lost.
+    #[php(defaults(delay = None))]
     pub fn nack(&self, delay: Option<OptNum>) -> PhpResult<bool> {
         guard(|| {
             read_args!("Ferrolock\\Task::nack", delay);
             let receipt = self.receipt_or_refuse("nack")?;
             self.queue
-                .nack(&self.task.id, &receipt, delay.unwrap_or(0.0), None)
+                .nack(&self.task.id, &receipt, delay, None)
                 .map_err(|e| Queue::fail("nack", e))
         })
     }
