@@ -176,9 +176,10 @@ impl Masters {
         T: Send + 'static,
         F: Fn(usize, &Client, Budget) -> Result<T> + Send + Sync + 'static,
     {
+        let started = Instant::now();
         let deadline = match within.end() {
-            Some(end) => end.min(Instant::now() + self.budget),
-            None => Instant::now() + self.budget,
+            Some(end) => end.min(started + self.budget),
+            None => started + self.budget,
         };
         let step = Budget::until(deadline);
         let label = self.label.clone();
@@ -275,9 +276,7 @@ impl Masters {
                 }
             }
         }
-        let budget = self
-            .budget
-            .min(deadline.saturating_duration_since(Instant::now()));
+        let budget = deadline.saturating_duration_since(started);
         let (replies, checked) = results
             .into_iter()
             .zip(&self.clients)
