@@ -28,7 +28,7 @@
 //! the latest).
 //!
 //! A master that restarted lately (its data, and so the locks it held, may
-//! be gone) has no vote for one TTL: see `masters.rs`. While too few masters
+//! be gone) has no vote for one TTL: see `servers.rs`. While too few masters
 //! may vote, an attempt cannot succeed: a try-once, or a wait that would end
 //! before enough of them may vote again, fails with a
 //! [`Quorum`](crate::ErrorKind::Quorum) error saying so; a longer wait waits.
@@ -62,26 +62,27 @@
 //! or held a stale key) and when a holder's TTL ends. Where it cannot
 //! subscribe at all, it pauses a random time of at most [`RETRY_MAX`].
 
+mod acquire;
 mod masters;
+mod servers;
+mod undo;
 mod waiter;
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use self::acquire::AcquireCall;
 pub use self::masters::MIN_MASTER_BUDGET;
-use self::masters::{Asked, Masters};
-use self::waiter::{RETRY_MAX, Waiter};
-use super::{DistributedLock, Tried, acquire_call, extend_call, not_owned, release_call};
+use self::masters::Masters;
+use super::{DistributedLock, extend_call, not_owned};
 use crate::budget::Budget;
 use crate::client::Client;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::keys::{LockKeys, label, new_token};
-use crate::scripts::LOCK_FENCE;
-use crate::settle::{self, Settlement};
 use crate::sync::LockUnpoisoned;
 use crate::validate;
-use crate::wait::{self, Interrupt, Wait};
+use crate::wait::{Interrupt, Wait};
 
 /// Longest pause between two attempts of a waiter listening on a master.
 const NOTIFIED_RECHECK: Duration = Duration::from_millis(250);
@@ -201,259 +202,6 @@ impl Redlock {
             return Ok(false);
         }
         outcome
-    }
-
-    fn acquire_as(
-        &self,
-        call: AcquireCall<'_>,
-        wait: Wait,
-        deadline: Option<Instant>,
-        interrupt: Option<Interrupt<'_>>,
-        waiter: &mut Option<Waiter>,
-    ) -> Result<bool> {
-        let AcquireCall {
-            token,
-            budget,
-            lingering,
-        } = call;
-        let ttl_ms = validate::millis(self.ttl);
-        let lease_ms = validate::millis(wait::lease_for(NOTIFIED_RECHECK));
-        loop {
-            let start = Instant::now();
-            let listening: Vec<bool> = match waiter {
-                Some(w) => w.listening(),
-                None => vec![false; self.masters.clients().len()],
-            };
-            let id = waiter
-                .as_ref()
-                .map(|w| w.id().to_owned())
-                .unwrap_or_default();
-            let (k, label, owner) = (self.keys.clone(), self.label.clone(), token.to_string());
-            let asked = self.masters.ask_checked(budget, move |i, c, within| {
-                let waiter = if listening[i] { id.as_str() } else { "" };
-                let call = acquire_call(&k, &owner, ttl_ms, waiter, false, lease_ms);
-                c.run_within(within, &label, |con| call.query::<Tried>(con))
-            });
-            let replies = &asked.replies;
-            if let Some(w) = waiter.as_mut() {
-                w.update(replies);
-            }
-            if let Some(e) = self.masters.unreachable(replies) {
-                // Undo wherever it may have been taken.
-                self.undo(token, replies, budget, lingering);
-                return Err(e);
-            }
-            let closing = waiter.is_some();
-            if let Some((fence, valid_until)) = self.confirm(&asked, start, closing, budget) {
-                *self.state.lock_unpoisoned() = Some(Held {
-                    token: token.to_string(),
-                    fence,
-                    pid: crate::fork::current_pid(),
-                    valid_until,
-                    ttl: self.ttl,
-                });
-                self.lost.store(false, Ordering::Release);
-                return Ok(true);
-            }
-            // Not enough: undo everywhere (a master that timed out may have
-            // taken it all the same).
-            self.undo(token, replies, budget, lingering);
-            let kept_out = self.masters.kept_out(&asked);
-            if wait == Wait::Try {
-                return match kept_out {
-                    Some((_, why)) => Err(Error::new(ErrorKind::Quorum, why)),
-                    None => Ok(false),
-                };
-            }
-            // Pause no longer than the shortest holder TTL, nor past the deadline.
-            let mut limit = replies
-                .iter()
-                .filter_map(|r| match r {
-                    Ok(Tried::Busy(pttl)) => *pttl,
-                    _ => None,
-                })
-                .min()
-                .unwrap_or(Duration::MAX);
-            if let Some((when, why)) = kept_out {
-                // Too few masters may vote until `when`: wait for it, or
-                // say why now if the wait ends first.
-                if deadline.is_some_and(|d| when > d) {
-                    return Err(Error::new(ErrorKind::Quorum, why));
-                }
-                limit = limit.min(when.saturating_duration_since(Instant::now()));
-            }
-            if let Some(d) = deadline {
-                let left = d.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    return Ok(false);
-                }
-                limit = limit.min(left);
-            }
-            if waiter.as_ref().is_some_and(Waiter::is_broken) {
-                *waiter = None; // every subscription broke: start over
-            }
-            if waiter.is_none() {
-                *waiter = Waiter::subscribe(&self.masters, &self.keys, &self.label, replies);
-                if waiter.is_some() {
-                    continue; // the next attempt registers where we listen
-                }
-            }
-            let pause = match waiter.as_mut() {
-                Some(w) => w.listen(NOTIFIED_RECHECK.min(limit), interrupt),
-                None => wait::pause(jitter(RETRY_MAX).min(limit), interrupt),
-            };
-            pause.map_err(|_| wait::interrupted(&self.label))?;
-        }
-    }
-
-    /// Decides an attempt that started at `start` and got `asked`: the hold's
-    /// fencing token and when its validity ends, or `None` (not acquired).
-    ///
-    /// Needs a quorum of voting masters that granted it and know its fencing
-    /// token: the largest they issued, to which the others are raised now
-    /// (each within the master budget; one that cannot be raised does not
-    /// count). Then the validity left must be positive — and longer than one
-    /// master budget if the wait is still to be closed (`closing`), so that
-    /// the call returns before the validity ends.
-    fn confirm(
-        &self,
-        asked: &Asked<Tried>,
-        start: Instant,
-        closing: bool,
-        budget: Budget,
-    ) -> Option<(i64, Instant)> {
-        let granted: Vec<Option<i64>> = asked
-            .replies
-            .iter()
-            .map(|r| match r {
-                Ok(Tried::Acquired(fence)) => Some(*fence),
-                _ => None,
-            })
-            .collect();
-        let voting = self
-            .masters
-            .voters(asked, |r| matches!(r, Ok(Tried::Acquired(_))));
-        if voting.iter().filter(|&&v| v).count() < self.quorum() {
-            return None;
-        }
-        let fence = granted.iter().flatten().copied().max()?;
-        let counted = self.spread_fence(&granted, &voting, fence, budget);
-        if counted < self.quorum() {
-            return None;
-        }
-        let margin = if closing {
-            self.masters.budget()
-        } else {
-            Duration::ZERO
-        };
-        let validity = self
-            .ttl
-            .checked_sub(start.elapsed() + Self::drift(self.ttl))
-            .filter(|v| *v > margin)?;
-        Some((fence, start + validity))
-    }
-
-    /// Raises the fencing counter of the masters that granted this hold
-    /// (`granted`) to its fence, the largest the quorum issued: any later
-    /// quorum overlaps this one in at least one master, so it issues a
-    /// larger token even if the masters' clocks disagree. Returns how many
-    /// `voting` masters know the fence now (they issued it, or were raised
-    /// to it within the master budget, and may still vote).
-    fn spread_fence(
-        &self,
-        granted: &[Option<i64>],
-        voting: &[bool],
-        fence: i64,
-        budget: Budget,
-    ) -> usize {
-        let behind: Vec<bool> = granted
-            .iter()
-            .map(|g| g.is_some_and(|f| f < fence))
-            .collect();
-        if !behind.iter().any(|&b| b) {
-            return voting.iter().filter(|&&v| v).count();
-        }
-        let (k, label) = (self.keys.clone(), self.label.clone());
-        let ttl_ms = validate::millis(self.ttl);
-        let raise = behind.clone();
-        let spread = self.masters.ask_checked(budget, move |i, c, within| {
-            if !raise[i] {
-                return Ok(());
-            }
-            let call = LOCK_FENCE.call(&[&k.fence]).arg(fence).arg(ttl_ms);
-            c.run_within(within, &label, |con| call.query::<i64>(con))
-                .map(drop)
-        });
-        let knows = self.masters.voters(&spread, Result::is_ok);
-        (0..voting.len()).filter(|&i| voting[i] && knows[i]).count()
-    }
-
-    /// Releases `token` on every master within `budget`; one reply per
-    /// master (1: released).
-    fn release_everywhere(&self, token: &str, budget: Budget) -> Asked<i64> {
-        let (call, label) = (release_call(&self.keys, token), self.label.clone());
-        self.masters.ask_checked(budget, move |_, c, within| {
-            c.run_within(within, &label, |con| call.query::<i64>(con))
-        })
-    }
-
-    /// Undoes an attempt that got `acquired`: releases the token on every
-    /// master. Where it may have been taken (granted, no reply, or left
-    /// there by an earlier attempt) and the release got no reply, the token
-    /// is `lingering` there: released by the keeper when the call ends
-    /// without the lock (a later attempt may take the key again meanwhile:
-    /// same token).
-    fn undo(
-        &self,
-        token: &str,
-        acquired: &[Result<Tried>],
-        budget: Budget,
-        lingering: &mut [bool],
-    ) {
-        let released = self.release_everywhere(token, budget);
-        let replies = acquired.iter().zip(&released.replies);
-        for ((acquire, release), lingers) in replies.zip(lingering.iter_mut()) {
-            let may_hold = match acquire {
-                Ok(Tried::Acquired(_)) => true,
-                // Held by another: the token is not there.
-                Ok(Tried::Busy(_)) => false,
-                Err(e) => e.outcome_unknown() || *lingers,
-            };
-            *lingers = may_hold && release.is_err();
-        }
-    }
-
-    /// Gives up a hold of `token` whose keys were last given `ttl`: it is
-    /// forgotten and reported lost, and released everywhere (by the keeper
-    /// where a master does not answer). Returns the releases' replies.
-    fn give_up(&self, token: &str, ttl: Duration, budget: Budget) -> Asked<i64> {
-        {
-            let mut state = self.state.lock_unpoisoned();
-            if state.as_ref().is_some_and(|h| h.token == token) {
-                *state = None;
-            }
-        }
-        self.lost.store(true, Ordering::Release);
-        let released = self.release_everywhere(token, budget);
-        for (i, release) in released.replies.iter().enumerate() {
-            if release.is_err() {
-                self.release_later(i, token, ttl);
-            }
-        }
-        released
-    }
-
-    /// Hands the release of `token` on master `i` to the keeper: done once
-    /// that master answers, or dropped once a key given `ttl` now would
-    /// have expired.
-    fn release_later(&self, i: usize, token: &str, ttl: Duration) {
-        settle::defer(Box::new(ReleaseOnMaster {
-            client: self.masters.clients()[i].clone(),
-            keys: self.keys.clone(),
-            token: token.to_owned(),
-            horizon: Instant::now() + ttl,
-            label: self.label.clone(),
-        }));
     }
 
     /// The hold of this process, if any.
@@ -624,51 +372,6 @@ impl Redlock {
 
     fn not_owned(&self, why: &str) -> Error {
         not_owned(&self.label, why)
-    }
-}
-
-/// One acquire call: its token, its budget, and per master whether the
-/// token may linger there (see [`Redlock::undo`]).
-struct AcquireCall<'a> {
-    token: &'a str,
-    budget: Budget,
-    lingering: &'a mut Vec<bool>,
-}
-
-/// A release on one master whose reply was lost (or that could not be sent
-/// in time): the token is released there once the master answers
-/// (compare-and-delete, handing the key to the next waiter), or found no
-/// longer holding it. Dropped once the key would have expired anyway.
-struct ReleaseOnMaster {
-    client: Client,
-    keys: LockKeys,
-    token: String,
-    horizon: Instant,
-    label: String,
-}
-
-impl Settlement for ReleaseOnMaster {
-    fn settle(&self, budget: Budget) -> Result<()> {
-        let call = release_call(&self.keys, &self.token);
-        self.client
-            .run_within(budget, &self.label, |c| call.query::<i64>(c))
-            .map(drop)
-    }
-
-    fn horizon(&self) -> Instant {
-        self.horizon
-    }
-
-    fn describe(&self) -> String {
-        format!(
-            "release of {} on {}",
-            self.label,
-            self.client.redacted_url()
-        )
-    }
-
-    fn client_id(&self) -> *const () {
-        self.client.pool_id()
     }
 }
 
