@@ -1114,7 +1114,8 @@ def readme_table(res: dict) -> str:
                      f2(c["ferrolock (Python)"]["relative_efficiency"]),
                      f2(c["ferrolock (PHP)"]["relative_efficiency"]),
                      others(c, lambda x: f2(x["relative_efficiency"]))))
-        rows.append(("… lost updates of a counter", str(c["ferrolock (Python)"]["lost"] + c["ferrolock fair (Python)"]["lost"]),
+        rows.append(("… lost updates of a counter",
+                     str(c["ferrolock (Python)"]["lost"] + c["ferrolock fair (Python)"]["lost"]),
                      str(c["ferrolock (PHP)"]["lost"] + c["ferrolock fair (PHP)"]["lost"]),
                      others(c, lambda x: str(x["lost"]))))
     if has("wakeup"):
