@@ -53,8 +53,7 @@ pub struct LockOptions {
     /// Confirm each acquire on this many replicas (`WAIT`) before reporting
     /// success; 0 disables. While the master has fewer replicas connected,
     /// acquires fail at once ([`ErrorKind::Quorum`]) without writing; a
-    /// `WAIT` that falls short is undone at once. See the README's
-    /// deployment notes.
+    /// `WAIT` that falls short is undone at once. See docs/deployment.md.
     pub min_replicas: u32,
 }
 
