@@ -137,9 +137,6 @@ impl RedisServer {
             "",
             "--appendonly",
             "no",
-            // A replica's first sync starts at once, not after the default 5 s wait.
-            "--repl-diskless-sync-delay",
-            "0",
         ])
         .arg("--dir")
         .arg(&self.dir)

@@ -109,9 +109,7 @@ class RedisServer:
 
     def start(self) -> None:
         cmd = [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-               "--appendonly", "no", "--dir", str(self.dir),
-               # A replica's first sync starts at once, not after the default 5 s wait.
-               "--repl-diskless-sync-delay", "0", *self.args]
+               "--appendonly", "no", "--dir", str(self.dir), *self.args]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_port(self.port)
 

@@ -303,6 +303,44 @@ pub(crate) fn not_owned(label: &str, why: &str) -> Error {
     Error::new(ErrorKind::NotOwned, format!("{label}: not owned: {why}"))
 }
 
+/// A release whose reply was lost (or that could not be sent in time; on
+/// Redlock, one per master that did not answer): the token is released once
+/// the server answers (compare-and-delete, handing the lock to the next waiter), or
+/// found no longer holding the lock. Either way the token holds nothing
+/// afterwards. Dropped once the hold would have expired anyway.
+pub(crate) struct ReleaseHold {
+    pub(crate) client: Client,
+    pub(crate) keys: LockKeys,
+    pub(crate) token: String,
+    pub(crate) horizon: Instant,
+    pub(crate) label: String,
+}
+
+impl Settlement for ReleaseHold {
+    fn settle(&self, budget: Budget) -> Result<()> {
+        let call = release_call(&self.keys, &self.token);
+        self.client
+            .run_within(budget, &self.label, |c| call.query::<i64>(c))
+            .map(drop)
+    }
+
+    fn horizon(&self) -> Instant {
+        self.horizon
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "release of {} on {}",
+            self.label,
+            self.client.redacted_url()
+        )
+    }
+
+    fn client_id(&self) -> *const () {
+        self.client.pool_id()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

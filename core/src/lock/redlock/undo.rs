@@ -7,11 +7,9 @@ use std::time::{Duration, Instant};
 use super::Redlock;
 use super::masters::Asked;
 use crate::budget::Budget;
-use crate::client::Client;
 use crate::error::Result;
-use crate::keys::LockKeys;
-use crate::lock::{Tried, release_call};
-use crate::settle::{self, Settlement};
+use crate::lock::{ReleaseHold, Tried, release_call};
+use crate::settle;
 use crate::sync::LockUnpoisoned;
 
 impl Redlock {
@@ -74,49 +72,12 @@ impl Redlock {
     /// that master answers, or dropped once a key given `ttl` now would
     /// have expired.
     pub(super) fn release_later(&self, i: usize, token: &str, ttl: Duration) {
-        settle::defer(Box::new(ReleaseOnMaster {
+        settle::defer(Box::new(ReleaseHold {
             client: self.masters.clients()[i].clone(),
             keys: self.keys.clone(),
             token: token.to_owned(),
             horizon: Instant::now() + ttl,
             label: self.label.clone(),
         }));
-    }
-}
-
-/// A release on one master whose reply was lost (or that could not be sent
-/// in time): the token is released there once the master answers
-/// (compare-and-delete, handing the key to the next waiter), or found no
-/// longer holding it. Dropped once the key would have expired anyway.
-struct ReleaseOnMaster {
-    client: Client,
-    keys: LockKeys,
-    token: String,
-    horizon: Instant,
-    label: String,
-}
-
-impl Settlement for ReleaseOnMaster {
-    fn settle(&self, budget: Budget) -> Result<()> {
-        let call = release_call(&self.keys, &self.token);
-        self.client
-            .run_within(budget, &self.label, |c| call.query::<i64>(c))
-            .map(drop)
-    }
-
-    fn horizon(&self) -> Instant {
-        self.horizon
-    }
-
-    fn describe(&self) -> String {
-        format!(
-            "release of {} on {}",
-            self.label,
-            self.client.redacted_url()
-        )
-    }
-
-    fn client_id(&self) -> *const () {
-        self.client.pool_id()
     }
 }
