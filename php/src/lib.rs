@@ -20,6 +20,7 @@
 mod args;
 mod connect;
 mod errors;
+mod jobs;
 mod legacy;
 mod lock;
 mod modern;

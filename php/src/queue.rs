@@ -7,17 +7,14 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use ext_php_rs::convert::FromZval;
 use ext_php_rs::exception::PhpResult;
 use ext_php_rs::flags::DataType;
 use ext_php_rs::prelude::*;
-use ext_php_rs::types::{ZendCallable, ZendHashTable, Zval};
-use ferrolock::{
-    Client, Outcome, Queue, QueueOptions, Task, Wait, Worker, WorkerOptions, validate,
-};
+use ext_php_rs::types::{ZendHashTable, Zval};
+use ferrolock::{Client, Queue, QueueOptions, Task, Wait, WorkerOptions, validate};
 
 use crate::args::{
     Args, FloatArg, IdArg, IdsArg, IntArg, NumArg, Param, StrArg, bytes_zval, cap_wait, read_args,
@@ -25,6 +22,7 @@ use crate::args::{
 };
 use crate::connect::settings;
 use crate::errors::{exception, guard, lock_exception, settle, warn};
+use crate::jobs::{self, CallableArg, Work};
 
 /// Queues kept per object (their key names are computed once).
 const QUEUE_CACHE: usize = 1024;
@@ -47,10 +45,6 @@ pub struct RedisQueue {
 /// Receipts whose validity an object remembers (the oldest are forgotten:
 /// their acks are judged as from an unknown receipt).
 const VALID_MAX: usize = 4096;
-
-/// Set by `RedisQueue::stop()` (and the signal handlers `work()` installs):
-/// every `work()` loop of this process stops after the task at hand.
-static STOP: AtomicBool = AtomicBool::new(false);
 
 /// The queue settings a constructor array may hold besides the connection:
 /// `visibility`, `max_attempts` (null: unlimited), `backoff`, `backoff_cap`,
@@ -550,17 +544,7 @@ impl RedisQueue {
             let Some(queue) = self.open(&name)? else {
                 return Ok(Fallback::False.zval());
             };
-            let s = queue.stats().map_err(exception)?;
-            let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-            let mut row = ZendHashTable::new();
-            row.insert("due", n(s.due))?;
-            row.insert("delayed", n(s.delayed))?;
-            row.insert("in_flight", n(s.in_flight))?;
-            row.insert("dead", n(s.dead))?;
-            row.insert("oldest_due_age", s.oldest_due_age)?;
-            let mut z = Zval::new();
-            z.set_hashtable(row);
-            Ok(z)
+            jobs::stats_zval(&queue.stats().map_err(exception)?)
         })
     }
 
@@ -592,57 +576,17 @@ impl RedisQueue {
                 return Ok(0);
             };
             let (worker_opts, max_jobs) = opts;
-            let mut worker = Worker::new(queue, worker_opts).map_err(exception)?;
-            STOP.store(false, Ordering::Release);
-            let signals = Signals::install();
-            let hook = || -> ferrolock::Result<()> {
-                signals.dispatch();
-                if STOP.load(Ordering::Acquire) {
-                    return Err(ferrolock::wait::interrupted("RedisQueue::work"));
-                }
-                Ok(())
+            let spec = Work {
+                what: "RedisQueue::work",
+                // Its name as registered (`Ferrolock\RedisQueue` with the
+                // global names off).
+                stop_handler: format!("{}::stop", crate::legacy::class_name("RedisQueue")),
+                max_jobs: (max_jobs > 0).then(|| u64::try_from(max_jobs).unwrap_or(u64::MAX)),
+                fail: &exception,
             };
-            let log = |e: &ferrolock::Error| {
-                error_log(&format!("ferrolock: RedisQueue::work: {e}; trying again"));
-            };
-            let mut outcome = Outcome::Done;
-            let mut handled: i64 = 0;
-            let mut next = worker.next(outcome, Some(&hook), &log);
-            let result = loop {
-                let task = match next {
-                    Ok(Some(task)) => task,
-                    Ok(None) => break Ok(()),
-                    Err(e) if e.is_interrupted() => break Ok(()),
-                    Err(e) => break Err(exception(e)),
-                };
-                let row = task_array(&task, Shape::Reserved)?;
-                outcome = match handler.try_call(vec![&row]) {
-                    Ok(_) => Outcome::Done,
-                    Err(e) => {
-                        error_log(&format!(
-                            "ferrolock: RedisQueue::work: task {:?} failed (attempt {}): {}",
-                            String::from_utf8_lossy(&task.id),
-                            task.attempts,
-                            describe(e)
-                        ));
-                        Outcome::Failed
-                    }
-                };
-                handled += 1;
-                signals.dispatch();
-                if STOP.load(Ordering::Acquire) || (max_jobs > 0 && handled >= max_jobs) {
-                    break Ok(());
-                }
-                next = worker.next(outcome, Some(&hook), &log);
-            };
-            if let Err(e) = worker.finish(outcome, None) {
-                error_log(&format!(
-                    "ferrolock: RedisQueue::work: could not finish the last task: {e} \
-                     (it returns when its reservation runs out)"
-                ));
-            }
-            signals.restore();
-            result.map(|()| handled)
+            jobs::work(queue, worker_opts, &spec, &handler, &|task| {
+                task_array(task, Shape::Reserved)
+            })
         })
     }
 
@@ -655,10 +599,7 @@ impl RedisQueue {
         guard(|| {
             read_args!("RedisQueue::stop", signal, info);
             let _ = info;
-            STOP.store(true, Ordering::Release);
-            if signal == Some(SIGINT) {
-                call("pcntl_signal", vec![&SIGINT, &0i64]);
-            }
+            jobs::stop(signal);
             Ok(())
         })
     }
@@ -861,109 +802,6 @@ impl<'a> Param for Option<ArrayArg<'a>> {
         match self.filter(|a| !a.0.is_null()) {
             None => Ok(None),
             Some(a) => a.read(at).map(Some),
-        }
-    }
-}
-
-/// A `callable` parameter (reflection: `callable`).
-pub struct CallableArg<'a>(&'a Zval);
-
-impl<'a> FromZval<'a> for CallableArg<'a> {
-    const TYPE: DataType = DataType::Callable;
-    fn from_zval(z: &'a Zval) -> Option<Self> {
-        Some(CallableArg(z))
-    }
-}
-
-impl<'a> Param for CallableArg<'a> {
-    type Value = ZendCallable<'a>;
-    fn read(self, at: &crate::args::At) -> PhpResult<ZendCallable<'a>> {
-        ZendCallable::new(self.0).map_err(|_| type_error(at, "callable", &type_name(self.0)))
-    }
-}
-
-/// Signal numbers (the same on Linux and the BSDs).
-const SIGINT: i64 = 2;
-const SIGTERM: i64 = 15;
-
-/// Calls the PHP function `name`, if it exists; its result, if it returned.
-fn call(name: &str, args: Vec<&dyn ext_php_rs::convert::IntoZvalDyn>) -> Option<Zval> {
-    ZendCallable::try_from_name(name).ok()?.try_call(args).ok()
-}
-
-/// Logs `message` with PHP's `error_log()` (stderr in the CLI, else the
-/// configured log).
-fn error_log(message: &str) {
-    call("error_log", vec![&message]);
-}
-
-/// What a handler threw, as a log line.
-fn describe(e: ext_php_rs::error::Error) -> String {
-    match e {
-        ext_php_rs::error::Error::Exception(obj) => {
-            let class = obj.get_class_name().unwrap_or_else(|_| "exception".into());
-            let message = obj
-                .try_call_method("getMessage", vec![])
-                .ok()
-                .and_then(|m| m.string())
-                .unwrap_or_default();
-            format!("{class}: {message}")
-        }
-        other => other.to_string(),
-    }
-}
-
-/// SIGTERM and SIGINT handled by `RedisQueue::stop` while `work()` runs
-/// (when pcntl is loaded), the previous handlers restored after.
-struct Signals {
-    dispatch: Option<ZendCallable<'static>>,
-    previous: Vec<(i64, Zval)>,
-    /// `pcntl_async_signals()` before: it is on while `work()` runs, so that
-    /// a signal is handled at once, inside a long handler too (the first
-    /// SIGINT then sets the second one to kill).
-    was_async: Option<Zval>,
-}
-
-impl Signals {
-    fn install() -> Self {
-        let mut me = Self {
-            dispatch: None,
-            previous: Vec::new(),
-            was_async: None,
-        };
-        if ZendCallable::try_from_name("pcntl_signal").is_err() {
-            return me;
-        }
-        let handler = format!(
-            "{}::stop",
-            <RedisQueue as ext_php_rs::class::RegisteredClass>::CLASS_NAME
-        );
-        for sig in [SIGTERM, SIGINT] {
-            let Some(previous) = call("pcntl_signal_get_handler", vec![&sig]) else {
-                continue;
-            };
-            if call("pcntl_signal", vec![&sig, &handler.as_str()]).is_some() {
-                me.previous.push((sig, previous));
-            }
-        }
-        me.dispatch = ZendCallable::try_from_name("pcntl_signal_dispatch").ok();
-        me.was_async = call("pcntl_async_signals", vec![&true]);
-        me
-    }
-
-    /// Runs the PHP signal handlers of signals that arrived.
-    fn dispatch(&self) {
-        if let Some(d) = &self.dispatch {
-            let _ = d.try_call(vec![]);
-        }
-    }
-
-    fn restore(&self) {
-        for (sig, previous) in &self.previous {
-            call("pcntl_signal", vec![sig, previous]);
-        }
-        if let Some(was) = &self.was_async {
-            call("pcntl_async_signals", vec![was]);
         }
     }
 }
