@@ -10,10 +10,65 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use ext_php_rs::convert::FromZval;
 use ext_php_rs::exception::{PhpException, PhpResult};
 use ext_php_rs::flags::DataType;
-use ext_php_rs::types::{ZendCallable, ZendHashTable, Zval};
+use ext_php_rs::types::{ZendCallable, ZendHashTable, ZendObject, Zval};
 use ferrolock::{Outcome, Queue, QueueStats, Task, Worker, WorkerOptions};
 
 use crate::args::{At, Param, type_error, type_name};
+
+// Zend API (not in ext-php-rs' bindings), resolved when PHP loads the
+// extension (PHP 8.1+).
+unsafe extern "C" {
+    fn zend_is_unwind_exit(ex: *const ZendObject) -> bool;
+    fn zend_is_graceful_exit(ex: *const ZendObject) -> bool;
+    fn zend_throw_unwind_exit();
+    fn zend_throw_graceful_exit();
+}
+
+/// `exit()` (or a fiber's destruction) unwinding through a call of PHP
+/// code. It travels as an internal exception object, which a call from Rust
+/// takes like any exception: it is not the code's failure, and must go on
+/// once the caller's cleanup is done (rethrowing the object as an exception
+/// would be a fatal error, logging it a crash).
+#[derive(Clone, Copy, Debug)]
+pub enum Unwind {
+    /// `exit()` / `die()`.
+    Exit,
+    /// A graceful exit (a fiber destroyed while suspended).
+    Graceful,
+}
+
+impl Unwind {
+    /// The unwinding that ended a call with `e`, if it was one.
+    pub fn of(e: &ext_php_rs::error::Error) -> Option<Self> {
+        let ext_php_rs::error::Error::Exception(obj) = e else {
+            return None;
+        };
+        let ptr: *const ZendObject = &**obj;
+        // SAFETY: `ptr` is a live object (held by `e`); both only read it.
+        unsafe {
+            if zend_is_unwind_exit(ptr) {
+                Some(Unwind::Exit)
+            } else if zend_is_graceful_exit(ptr) {
+                Some(Unwind::Graceful)
+            } else {
+                None
+            }
+        }
+    }
+
+    /// Starts the unwinding again (the exit status is still the executor's):
+    /// PHP goes on with it when the method returns.
+    pub fn resume(self) {
+        // SAFETY: called from a method of this request, with no exception
+        // pending (the call's was taken); it sets the executor's exception.
+        unsafe {
+            match self {
+                Unwind::Exit => zend_throw_unwind_exit(),
+                Unwind::Graceful => zend_throw_graceful_exit(),
+            }
+        }
+    }
+}
 
 /// Set by `stop()` (and the signal handlers `work()` installs): every
 /// `work()` loop of this process, of either class, stops after the task at
@@ -46,7 +101,8 @@ pub struct Work<'a> {
 /// ridden out. Stops on `stop()`, on SIGTERM or SIGINT when pcntl is loaded
 /// (the task at hand is finished first; a second SIGINT kills), after
 /// `max_jobs`, or when nothing came within `opts.wait`. Returns how many
-/// tasks were handled.
+/// tasks were handled. An `exit()` in the handler nacks its task and ends
+/// the loop, then the exit goes on.
 pub fn work(
     queue: Arc<Queue>,
     opts: WorkerOptions,
@@ -69,6 +125,7 @@ pub fn work(
     };
     let mut outcome = Outcome::Done;
     let mut handled: i64 = 0;
+    let mut unwind = None;
     let mut next = worker.next(outcome, Some(&hook), &log);
     let result = loop {
         let task = match next {
@@ -83,6 +140,13 @@ pub fn work(
         };
         outcome = match handler.try_call(vec![&arg]) {
             Ok(_) => Outcome::Done,
+            Err(e) if Unwind::of(&e).is_some() => {
+                // exit() in the handler: the task was not done; the loop
+                // ends here, and the exit goes on after the cleanup.
+                unwind = Unwind::of(&e);
+                outcome = Outcome::Failed;
+                break Ok(());
+            }
             Err(e) => {
                 error_log(&format!(
                     "ferrolock: {}: task {:?} failed (attempt {}): {}",
@@ -112,6 +176,9 @@ pub fn work(
         ));
     }
     signals.restore();
+    if let Some(u) = unwind {
+        u.resume();
+    }
     result.map(|()| handled)
 }
 

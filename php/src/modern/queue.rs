@@ -30,7 +30,7 @@ use crate::args::{
 };
 use crate::connect::Policy;
 use crate::errors::{guard, modern, value_error};
-use crate::jobs::{self, CallableArg, Work};
+use crate::jobs::{self, CallableArg, Unwind, Work};
 use crate::queue::OptIds;
 
 /// The settings a queue takes: argument name, kind, other `$options` keys.
@@ -646,6 +646,15 @@ impl Task {
             }
             match called {
                 Ok(value) => ended.map(|()| value),
+                // exit() in the callback: nacked as for an exception (as
+                // Python's `with task:` does for SystemExit); the exit goes on.
+                Err(e) if Unwind::of(&e).is_some() => {
+                    if let Some(u) = Unwind::of(&e) {
+                        drop(e);
+                        u.resume();
+                    }
+                    Ok(Zval::null())
+                }
                 // Best effort: if the nack fails, the reservation runs out
                 // and the task comes back; the callback's exception goes on.
                 Err(ext_php_rs::error::Error::Exception(e)) => {
