@@ -5,8 +5,11 @@
 //! both, each setting once), read here; bad values are `\ValueError`s, wrong
 //! types `\TypeError`s, failures the `Ferrolock\…Exception`s (`errors.rs`).
 
+mod enqueue;
 pub mod lock;
+mod params;
 pub mod queue;
+pub mod task;
 
 use ext_php_rs::exception::{PhpException, PhpResult};
 use ext_php_rs::types::Zval;

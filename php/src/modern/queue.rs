@@ -1,36 +1,36 @@
-//! `Ferrolock\Queue` and `Ferrolock\Task`: the Python package's `Queue` and
-//! `Task` for PHP, with the production queue of docs/queue.md (attempts,
-//! backoff, dead letters, heartbeats, payloads, batch reserve, stats, the
-//! worker loop). Every semantic is the core's; the worker loop is the one
-//! `RedisQueue::work()` runs too (`jobs.rs`).
+//! `Ferrolock\Queue`: the Python package's `Queue` for PHP, with the
+//! production queue of docs/queue.md (attempts, backoff, dead letters,
+//! payloads, batch reserve, stats, the worker loop). Every semantic is the
+//! core's; the worker loop is the one `RedisQueue::work()` runs too
+//! (`jobs.rs`). Its tasks are `Ferrolock\Task`s (`task.rs`); how
+//! `enqueue()` reads its `$ids` is in `enqueue.rs`.
 // ext-php-rs' `#[php_impl]` rewrites borrowed argument types such as
 // `CallableArg<'_>` into paths with a hidden lifetime, which this lint flags.
 #![allow(elided_lifetimes_in_paths)]
 
-use std::cell::RefCell;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use ext_php_rs::convert::{FromZval, IntoZval};
+use ext_php_rs::convert::IntoZval;
 use ext_php_rs::exception::{PhpException, PhpResult};
-use ext_php_rs::flags::DataType;
 use ext_php_rs::prelude::*;
-use ext_php_rs::types::array::Iter;
-use ext_php_rs::types::{ZendClassObject, ZendHashTable, Zval};
+use ext_php_rs::types::{ZendHashTable, Zval};
 use ext_php_rs::zend::ce;
 use ferrolock::{
-    DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE_PREFIX, Heartbeat, QueueOptions, Wait, WorkerOptions,
-    validate,
+    DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE_PREFIX, QueueOptions, Wait, WorkerOptions, validate,
 };
 
+use super::enqueue::{Items, enqueue_items, is_id};
+use super::params::{BoolArg, Mixed, NullableInt};
+use super::task::{Origin, Task};
 use super::{Kind, Settings, Value, bytes, connection_value, invalid, number};
 use crate::args::{
-    Args, At, FloatArg, IdArg, IntArg, OptBool, OptInt, OptNum, OptStr, Param, StrArg, bool_of,
-    bytes_zval, cap_wait, read_args, scalar_bytes, type_error, type_name,
+    Args, FloatArg, IdArg, IntArg, OptBool, OptInt, OptNum, OptStr, StrArg, bytes_zval, cap_wait,
+    read_args, type_error, type_name,
 };
 use crate::connect::Policy;
 use crate::errors::{guard, modern, value_error};
-use crate::jobs::{self, CallableArg, Unwind, Work};
+use crate::jobs::{self, CallableArg, Work};
 use crate::queue::OptIds;
 
 /// The settings a queue takes: argument name, kind, other `$options` keys.
@@ -58,33 +58,6 @@ const _: () = assert!(DEFAULT_MAX_ATTEMPTS == 10);
 #[php(implements(ce = ce::countable, stub = "\\Countable"))]
 pub struct Queue {
     inner: Arc<ferrolock::Queue>,
-}
-
-/// Where a task came from decides what `ack()` and `nack()` mean (as for
-/// the Python package's `Task`).
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Origin {
-    /// `pop()`: already removed from the queue.
-    Popped,
-    /// `top()`: still in the queue, read only.
-    Peeked,
-    /// `reserve()` or `work()`: in flight until acked or nacked.
-    Reserved,
-    /// `dead()`: in the dead set.
-    Dead,
-}
-
-/// A task taken from (or read in) a queue, as the Python package's
-/// `ferrolock.Task`: its id, score, attempts, payload, and for a reserved
-/// task its receipt, with `ack()`, `nack()`, `touch()` and `run()`.
-#[php_class]
-#[php(name = "Ferrolock\\Task")]
-pub struct Task {
-    queue: Arc<ferrolock::Queue>,
-    task: ferrolock::Task,
-    origin: Origin,
-    /// The heartbeat of a `run()` in progress.
-    beat: RefCell<Option<Heartbeat>>,
 }
 
 impl Queue {
@@ -133,7 +106,7 @@ fn wait_of(wait: f64, method: &str) -> PhpResult<Wait> {
 }
 
 /// A visibility in seconds (null: the default), from 0.001 to ten years.
-fn visibility_of(
+pub(super) fn visibility_of(
     visibility: Option<f64>,
     fail: impl Fn(ferrolock::Error) -> PhpException,
 ) -> PhpResult<Option<Duration>> {
@@ -473,369 +446,4 @@ impl Queue {
     pub fn name(&self) -> Zval {
         bytes_zval(self.inner.name())
     }
-}
-
-impl Task {
-    fn new(queue: Arc<ferrolock::Queue>, task: ferrolock::Task, origin: Origin) -> Self {
-        Self {
-            queue,
-            task,
-            origin,
-            beat: RefCell::new(None),
-        }
-    }
-
-    fn fail(method: &str, e: ferrolock::Error) -> PhpException {
-        modern(&format!("Ferrolock\\Task::{method}()"), e)
-    }
-
-    /// Until when the reservation is ours at least: while `run()`'s
-    /// heartbeat keeps it alive, now; else as reserved (see
-    /// `Queue::ack_valid` in the core).
-    fn valid_until(&self) -> Option<Instant> {
-        let alive = self
-            .beat
-            .try_borrow()
-            .is_ok_and(|b| b.as_ref().is_some_and(|b| !b.is_lost()));
-        if alive {
-            Some(Instant::now() + Duration::from_millis(100))
-        } else {
-            self.task.valid_until()
-        }
-    }
-
-    fn receipt_str(&self) -> &str {
-        self.task.receipt.as_deref().unwrap_or_default()
-    }
-
-    fn do_ack(&self) -> PhpResult<bool> {
-        let t = &self.task;
-        match self.origin {
-            Origin::Popped => Ok(true),
-            Origin::Dead => Ok(false),
-            Origin::Peeked => self.queue.dequeue(&t.id, t.score, None, None),
-            Origin::Reserved => self
-                .queue
-                .ack_valid(&t.id, self.receipt_str(), self.valid_until()),
-        }
-        .map_err(|e| Self::fail("ack", e))
-    }
-
-    fn do_nack(&self, delay: Option<f64>) -> PhpResult<bool> {
-        let t = &self.task;
-        match self.origin {
-            // Back into the queue, with its payload.
-            Origin::Popped => {
-                let delay = delay.unwrap_or(0.0);
-                match &t.payload {
-                    Some(p) => self
-                        .queue
-                        .enqueue_with_payloads(&[(&t.id, p)], delay, None, None),
-                    None => self.queue.enqueue(&[&t.id], delay, None, None),
-                }
-                .map(|n| n == 1)
-            }
-            Origin::Peeked | Origin::Dead => Ok(false),
-            Origin::Reserved => {
-                self.queue
-                    .nack_valid(&t.id, self.receipt_str(), delay, self.valid_until(), None)
-            }
-        }
-        .map_err(|e| Self::fail("nack", e))
-    }
-}
-
-#[php_impl]
-impl Task {
-    /// The task id.
-    pub fn id(&self) -> Zval {
-        bytes_zval(&self.task.id)
-    }
-
-    /// Its score: the unix time (seconds) at which it was due (a dead task:
-    /// when it died).
-    pub fn score(&self) -> f64 {
-        self.task.score
-    }
-
-    /// The receipt of a reserved task (null for the others).
-    pub fn receipt(&self) -> Option<String> {
-        self.task.receipt.clone()
-    }
-
-    /// For a reserved task: the unix time after which it returns to the
-    /// queue (as of the reserve; `touch()` moves it).
-    pub fn deadline(&self) -> Option<f64> {
-        self.task.deadline
-    }
-
-    /// How many times it has been reserved, this reservation included.
-    pub fn attempts(&self) -> i64 {
-        i64::from(self.task.attempts)
-    }
-
-    /// The data enqueued with it, or null.
-    pub fn payload(&self) -> Zval {
-        match &self.task.payload {
-            Some(p) => bytes_zval(p),
-            None => Zval::null(),
-        }
-    }
-
-    /// Done with the task; see the stubs for each kind of task.
-    pub fn ack(&self) -> PhpResult<bool> {
-        guard(|| self.do_ack())
-    }
-
-    /// Gives the task back, due after `$delay` seconds (reserved: after its
-    /// backoff when null); see the stubs.
-    #[php(defaults(delay = None))]
-    pub fn nack(&self, delay: Option<OptNum>) -> PhpResult<bool> {
-        guard(|| {
-            read_args!("Ferrolock\\Task::nack", delay);
-            let delay = delay
-                .map(|d| validate::offset(d, "delay"))
-                .transpose()
-                .map_err(|e| Self::fail("nack", e))?;
-            self.do_nack(delay)
-        })
-    }
-
-    /// Extends the reservation: it now runs out `$visibility` seconds from
-    /// now (null: the visibility it was reserved with). False when it is no
-    /// longer ours, or the task was not reserved.
-    #[php(defaults(visibility = None))]
-    pub fn touch(&self, visibility: Option<OptNum>) -> PhpResult<bool> {
-        guard(|| {
-            read_args!("Ferrolock\\Task::touch", visibility);
-            let visibility = visibility_of(visibility, |e| Self::fail("touch", e))?;
-            if self.origin != Origin::Reserved {
-                return Ok(false);
-            }
-            self.queue
-                .touch(&self.task.id, self.receipt_str(), visibility)
-                .map_err(|e| Self::fail("touch", e))
-        })
-    }
-
-    /// Runs `$callback($task)`, keeping a reservation alive meanwhile, then
-    /// acks the task (returning what the callback returned), or nacks it and
-    /// rethrows when the callback throws; see the stubs.
-    pub fn run(self_: &mut ZendClassObject<Task>, callback: CallableArg<'_>) -> PhpResult<Zval> {
-        guard(|| {
-            read_args!("Ferrolock\\Task::run", callback);
-            let mut this = Zval::new();
-            this.set_object(&mut self_.std);
-            let me: &Task = self_;
-            if me.origin == Origin::Reserved {
-                let beat = me
-                    .queue
-                    .keep_alive(&me.task)
-                    .map_err(|e| Self::fail("run", e))?;
-                if let Ok(mut slot) = me.beat.try_borrow_mut() {
-                    *slot = Some(beat);
-                }
-            }
-            let called = callback.try_call(vec![&this]);
-            let ended = match &called {
-                Ok(_) => me.do_ack().map(drop),
-                Err(_) => me.do_nack(None).map(drop),
-            };
-            if let Ok(mut slot) = me.beat.try_borrow_mut() {
-                slot.take(); // renewals stop once the reservation has ended
-            }
-            match called {
-                Ok(value) => ended.map(|()| value),
-                // exit() in the callback: nacked as for an exception (as
-                // Python's `with task:` does for SystemExit); the exit goes on.
-                Err(e) if Unwind::of(&e).is_some() => {
-                    if let Some(u) = Unwind::of(&e) {
-                        drop(e);
-                        u.resume();
-                    }
-                    Ok(Zval::null())
-                }
-                // Best effort: if the nack fails, the reservation runs out
-                // and the task comes back; the callback's exception goes on.
-                Err(ext_php_rs::error::Error::Exception(e)) => {
-                    Err(PhpException::default(String::new()).with_object(e.into_zval(false)?))
-                }
-                Err(other) => Err(value_error(format!(
-                    "Ferrolock\\Task::run(): the callback could not be called: {other}"
-                ))),
-            }
-        })
-    }
-}
-
-/// An argument of any type, read by the method itself (reflection: `mixed`).
-pub struct Mixed<'a>(&'a Zval);
-
-impl<'a> FromZval<'a> for Mixed<'a> {
-    const TYPE: DataType = DataType::Mixed;
-    fn from_zval(z: &'a Zval) -> Option<Self> {
-        Some(Mixed(z))
-    }
-}
-
-/// `?int` where null is a value of its own (`maxAttempts`: unlimited); the
-/// default comes through `From<i64>`.
-pub struct NullableInt(Option<IntArg>);
-
-impl From<i64> for NullableInt {
-    fn from(v: i64) -> Self {
-        NullableInt(Some(IntArg::from(v)))
-    }
-}
-
-impl<'a> FromZval<'a> for NullableInt {
-    const TYPE: DataType = DataType::Long;
-    fn from_zval(z: &'a Zval) -> Option<Self> {
-        if z.is_null() {
-            Some(NullableInt(None))
-        } else {
-            IntArg::from_zval(z).map(|n| NullableInt(Some(n)))
-        }
-    }
-}
-
-impl Param for Option<NullableInt> {
-    /// `None`: not given; `Some(None)`: null.
-    type Value = Option<Option<i64>>;
-    fn read(self, at: &At) -> PhpResult<Option<Option<i64>>> {
-        match self {
-            None => Ok(None),
-            Some(NullableInt(None)) => Ok(Some(None)),
-            Some(NullableInt(Some(n))) => n.read(at).map(|n| Some(Some(n))),
-        }
-    }
-}
-
-/// A `bool` parameter with a default (`true` through `From<bool>`).
-pub struct BoolArg(Result<bool, String>);
-
-impl From<bool> for BoolArg {
-    fn from(v: bool) -> Self {
-        BoolArg(Ok(v))
-    }
-}
-
-impl<'a> FromZval<'a> for BoolArg {
-    const TYPE: DataType = DataType::Bool;
-    fn from_zval(z: &'a Zval) -> Option<Self> {
-        Some(BoolArg(bool_of(z)))
-    }
-}
-
-impl Param for Option<BoolArg> {
-    type Value = bool;
-    fn read(self, at: &At) -> PhpResult<bool> {
-        match self {
-            None => Ok(true),
-            Some(BoolArg(v)) => v.map_err(|got| type_error(at, "bool", &got)),
-        }
-    }
-}
-
-/// What `enqueue()` adds.
-enum Items {
-    /// Ids without payloads (those they have are kept).
-    Ids(Vec<Vec<u8>>),
-    /// Ids with the payload each gets.
-    Payloads(Vec<(Vec<u8>, Vec<u8>)>),
-}
-
-/// A task id: a string, an int, or a float (as PHP converts it to a string).
-fn is_id(z: &Zval) -> bool {
-    z.is_string() || z.is_long() || z.is_double()
-}
-
-/// How an array's keys read, for `enqueue()` without `$payloads`.
-enum KeyShape {
-    /// 0, 1, 2, … in order: a list of ids.
-    List,
-    /// At least one string key: id => payload.
-    Strings,
-    /// Integer keys that are not a list: ambiguous.
-    Integers,
-}
-
-fn key_shape(array: &ZendHashTable) -> KeyShape {
-    let mut keys = Iter::new(array);
-    let mut list = true;
-    let mut next: i64 = 0;
-    while let Some((key, _)) = keys.next_zval() {
-        if key.is_string() {
-            return KeyShape::Strings;
-        }
-        list &= key.long() == Some(next);
-        next += 1;
-    }
-    if list {
-        KeyShape::List
-    } else {
-        KeyShape::Integers
-    }
-}
-
-/// `enqueue()`'s `$ids` (an id or an array, checked before), read as
-/// `$payloads` says: null decides by the keys (see the stubs).
-fn enqueue_items(at: &At, ids: &Zval, payloads: Option<bool>) -> PhpResult<Items> {
-    let Some(array) = ids.array() else {
-        if payloads == Some(true) {
-            return Err(value_error(format!(
-                "{at}: with payloads: true, give an array of id => payload, not one id"
-            )));
-        }
-        return Ok(Items::Ids(vec![scalar_bytes(ids).unwrap_or_default()]));
-    };
-    let with_payloads = match payloads {
-        Some(p) => p,
-        None => match key_shape(array) {
-            KeyShape::List => false,
-            KeyShape::Strings => true,
-            KeyShape::Integers => {
-                return Err(value_error(format!(
-                    "{at}: an array whose integer keys are not 0, 1, 2, ... in order is \
-                     ambiguous: a list of ids with gaps (array_filter) or numeric ids with \
-                     payloads? Say payloads: false (the values are ids) or payloads: true \
-                     (id => payload)"
-                )));
-            }
-        },
-    };
-    let mut entries = Iter::new(array);
-    if with_payloads {
-        let mut tasks = Vec::with_capacity(array.len());
-        while let Some((key, value)) = entries.next_zval() {
-            let id = scalar_bytes(&key).unwrap_or_default();
-            let value = value.dereference();
-            let Some(payload) = value.zend_str().map(|s| s.as_bytes().to_vec()) else {
-                return Err(type_error(
-                    at,
-                    "array of id => string payload",
-                    &format!(
-                        "{} (the payload of id {:?})",
-                        type_name(value),
-                        String::from_utf8_lossy(&id)
-                    ),
-                ));
-            };
-            tasks.push((id, payload));
-        }
-        return Ok(Items::Payloads(tasks));
-    }
-    let mut list = Vec::with_capacity(array.len());
-    while let Some((_, value)) = entries.next_zval() {
-        let value = value.dereference();
-        if !is_id(value) {
-            return Err(type_error(
-                at,
-                "array of string|int ids",
-                &format!("an array holding {}", type_name(value)),
-            ));
-        }
-        list.push(scalar_bytes(value).unwrap_or_default());
-    }
-    Ok(Items::Ids(list))
 }
