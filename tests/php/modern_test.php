@@ -557,6 +557,11 @@ $values = [null, true, -1, 0, 1.5, NAN, INF, -INF, PHP_INT_MAX, '', 'x', '1e3', 
 $lock = new Lock(uniq('hostile'));
 assert($lock->acquire(0)); // extend() works on it
 $queue = new Queue(uniq('hostile'), backoff: 0);
+$due = function (): Queue {
+    $q = new Queue(uniq('due'));
+    $q->enqueue('w');
+    return $q;
+};
 $calls = 0;
 $outcomes = [];
 foreach ($values as $v) {
@@ -575,13 +580,14 @@ foreach ($values as $v) {
         fn() => new Queue('h', minReplicas: $v),
         fn() => $queue->enqueue($v), fn() => $queue->enqueue('x', $v), fn() => $queue->enqueue($v, payloads: true),
         fn() => $queue->enqueue(['k' => $v]), fn() => $queue->enqueue(['x'], payloads: $v), fn() => $queue->pop($v),
-        // (waits: with a task due, so that a long one returns at once)
-        fn() => $queue->enqueue('w') + 1 && $queue->pop(1, $v), fn() => $queue->top($v), fn() => $queue->dequeue($v, 1.0),
-        fn() => $queue->dequeue('x', $v), fn() => $queue->enqueue('w') + 1 && $queue->reserve($v),
-        fn() => $queue->enqueue('w') + 1 && $queue->reserve(1, $v), fn() => $queue->reserve(1, 0, $v),
+        // (waits: on a queue of their own with a task due, so that a long one
+        // returns at once; on $queue, 'w' may be in flight from an earlier call)
+        fn() => $due()->pop(1, $v), fn() => $queue->top($v), fn() => $queue->dequeue($v, 1.0),
+        fn() => $queue->dequeue('x', $v), fn() => $due()->reserve($v),
+        fn() => $due()->reserve(1, $v), fn() => $queue->reserve(1, 0, $v),
         fn() => $queue->dead($v), fn() => $queue->dead(1, $v), fn() => $queue->retryDead($v),
         fn() => $queue->purgeDead($v),
-        fn() => $queue->work($v, wait: 0), fn() => $queue->enqueue('w') + 1 && $queue->work(fn($t) => null, $v, maxJobs: 1),
+        fn() => $queue->work($v, wait: 0), fn() => $due()->work(fn($t) => null, $v, maxJobs: 1),
         fn() => $queue->work(fn($t) => null, 0, $v), fn() => $queue->work(fn($t) => null, 0, heartbeat: $v),
         fn() => $queue->work(fn($t) => null, 0, maxJobs: $v),
         fn() => $held->nack($v), fn() => $held->touch($v), fn() => $held->run($v),
