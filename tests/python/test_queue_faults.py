@@ -148,7 +148,9 @@ try {
 
 
 def test_min_replicas_from_python_and_php(tmp_path):
-    with RedisServer() as master:
+    # No diskless-sync delay (5 s by default): the replica's first sync would
+    # end just about when the 5 s recovery loop below gives up.
+    with RedisServer("--repl-diskless-sync-delay", "0") as master:
         q = Queue("jobs", url=master.url, min_replicas=1)
         with pytest.raises(ferrolock.LockError, match=r"0 connected replicas.*nothing was enqueued"):
             q.enqueue("a")
