@@ -1,6 +1,7 @@
 //! The [`Lock`]: a distributed lock on one deployment (a server, a Sentinel
 //! master or a Cluster).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -12,6 +13,7 @@ use crate::client::Client;
 use crate::client::conn::Link;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::{LockKeys, label, new_token};
+use crate::ops::LockRef;
 use crate::scripts::Call;
 use crate::settle::Settlement;
 use crate::sync::LockUnpoisoned;
@@ -27,6 +29,8 @@ pub struct Lock {
     label: String,
     opts: LockOptions,
     state: Mutex<State>,
+    /// This object, as events and lost-lock hooks name it (`ops`).
+    me: LockRef,
 }
 
 impl std::fmt::Debug for Lock {
@@ -48,6 +52,8 @@ struct Held {
     pid: u32,
     depth: u32,
     lease: Option<Arc<Lease>>,
+    /// When it was taken (the hold time metric).
+    since: Instant,
     /// Taken after waiting: others probably wait too, and the release will
     /// likely hand the lock over (see [`Lock::release_token`]).
     waited: bool,
@@ -68,6 +74,7 @@ impl Lock {
         validate::name(name, "lock name")?;
         validate::lifetime(opts.ttl, "ttl")?;
         validate::interval(opts.recheck, "recheck interval")?;
+        static IDS: AtomicU64 = AtomicU64::new(1);
         Ok(Self {
             client: client.clone(),
             keys: LockKeys::new(&opts.prefix, name),
@@ -75,7 +82,18 @@ impl Lock {
             name: name.to_vec(),
             opts,
             state: Mutex::new(State::default()),
+            me: LockRef {
+                id: IDS.fetch_add(1, Ordering::Relaxed),
+                name: name.to_vec(),
+                label: label("lock", name),
+            },
         })
+    }
+
+    /// This object's id, unique in the process: what events about it
+    /// ([`ferrolock::ops::events`](crate::ops::events)) name it by.
+    pub fn id(&self) -> u64 {
+        self.me.id
     }
 
     /// A lock on `name` that adopts the hold of `token`: an owner token
@@ -103,6 +121,7 @@ impl Lock {
             let renew = Box::new(RenewHold {
                 keys: lock.keys.clone(),
                 token: token.to_owned(),
+                me: lock.me.clone(),
             });
             let lease = Lease::new(lock.client.clone(), renew, lock.opts.ttl);
             watchdog::register(lease.clone());
@@ -114,6 +133,7 @@ impl Lock {
             pid: crate::fork::current_pid(),
             depth: 1,
             lease,
+            since: Instant::now(),
             waited: false,
         });
         Ok(lock)
@@ -170,6 +190,7 @@ impl Lock {
             h.depth += 1;
             return Ok(true);
         }
+        let started = Instant::now();
         let mut waited = false;
         let fence: Option<Fence> = match self.first_attempt(&token, wait)? {
             Some(fence) => Some(fence),
@@ -194,15 +215,18 @@ impl Lock {
             }
         };
         let Some(fence) = fence else {
+            crate::ops::metrics::count(&crate::ops::metrics::ACQUIRES_MISSED);
             return Ok(false);
         };
         if self.opts.min_replicas > 0 {
             self.confirm_replicas(&token)?;
         }
+        crate::ops::acquired(&self.me, started.elapsed());
         let lease = self.opts.auto_renew.then(|| {
             let renew = Box::new(RenewHold {
                 keys: self.keys.clone(),
                 token: token.clone(),
+                me: self.me.clone(),
             });
             let lease = Lease::new(self.client.clone(), renew, self.opts.ttl);
             watchdog::register(lease.clone());
@@ -218,6 +242,7 @@ impl Lock {
             pid: crate::fork::current_pid(),
             depth: 1,
             lease,
+            since: Instant::now(),
             waited,
         });
         st.lost = false;
@@ -353,12 +378,21 @@ impl Lock {
         }
         let budget = self.client.one_call();
         match self.release_token(&held.token, held.waited) {
-            Ok(true) => Ok(()),
+            Ok(true) => {
+                crate::ops::metrics::LOCK_HOLD.observe(held.since.elapsed());
+                Ok(())
+            }
             Ok(false) => {
                 self.state.lock_unpoisoned().lost = true;
+                let why = "a release found it expired or taken";
+                match &held.lease {
+                    Some(lease) => lease.report_lost(why, false),
+                    None => crate::ops::lock_lost(&self.me, why, false),
+                }
                 Err(self.not_owned("it expired or another owner took it before the release"))
             }
             Err(e) if e.is_transient() => {
+                crate::ops::metrics::LOCK_HOLD.observe(held.since.elapsed());
                 // The release may or may not have run. The object forgets the
                 // hold (a new acquire works at once); the token is released
                 // again within the call's time if the server answers, else by
@@ -442,6 +476,11 @@ impl Lock {
             Ok(())
         } else {
             self.state.lock_unpoisoned().lost = true;
+            let why = "an extend found it expired or taken";
+            match &lease {
+                Some(lease) => lease.report_lost(why, false),
+                None => crate::ops::lock_lost(&self.me, why, false),
+            }
             Err(self.not_owned("it expired or another owner took it"))
         }
     }
@@ -624,11 +663,16 @@ const _: () = {
 struct RenewHold {
     keys: LockKeys,
     token: String,
+    me: LockRef,
 }
 
 impl Renew for RenewHold {
     fn call(&self, ttl_ms: u64) -> Call {
         extend_call(&self.keys, &self.token, ttl_ms)
+    }
+
+    fn about(&self) -> Option<&LockRef> {
+        Some(&self.me)
     }
 }
 
