@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, TypeVar, final
 
-from ferrolock import _native
+from ferrolock import _events, _native
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -132,11 +132,29 @@ class Lock(_native.Lock, _Forms):
     (default ``$REDIS_URL`` or ``redis://127.0.0.1:6379/0``). prefix: key
     prefix (default ``Lock:``). min_replicas: after each acquire, wait
     (``WAIT``, up to 4/5 of the URL's command timeout) until that many replicas
-    have it, else release and raise :class:`LockError`.
+    have it, else release and raise :class:`LockError`. on_lost: called as
+    ``on_lost(lock)``, once per hold, from a background thread, when the
+    watchdog finds the lock lost (expired or taken while held, or no renewal
+    succeeded within its TTL); keep it short (set a flag, cancel the work).
+    A hold found lost by ``release()`` or ``extend()`` raises there instead.
     """
 
-    __slots__ = ()
+    __slots__ = ("__weakref__",)
     __module__ = "ferrolock"
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        on_lost: Callable[[Lock], object] | None = None,
+        **settings: Any,
+    ) -> None:
+        # The settings were read by the native __new__; this only wires
+        # on_lost, and starts the listener of the core's events (logs).
+        if on_lost is not None:
+            _events.watch_lost(self, on_lost)
+        else:
+            _events.start()
 
     @classmethod
     def from_redis(cls, client: Any, name: str, **kwargs: Any) -> Lock:

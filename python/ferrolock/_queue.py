@@ -19,7 +19,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any, Protocol, final
 
-from ferrolock import _native
+from ferrolock import _events, _native
 
 __all__ = ["Queue"]
 
@@ -100,6 +100,11 @@ class Queue(_native.Queue):
 
     __slots__ = ()
     __module__ = "ferrolock"
+
+    def __init__(self, name: str, **settings: Any) -> None:
+        # The settings were read by the native __new__; this starts the
+        # listener of the core's events (dead letters are logged).
+        _events.start()
 
     def work(
         self,

@@ -159,6 +159,8 @@ static ENABLED: AtomicBool = AtomicBool::new(false);
 /// Events queued (readable without the mutex: [`pending`]).
 static QUEUED: AtomicUsize = AtomicUsize::new(0);
 static DROPPED: AtomicU64 = AtomicU64::new(0);
+/// Counts [`wake`] calls: a [`wait`] returns when it changes.
+static WAKES: AtomicU64 = AtomicU64::new(0);
 /// The slow acquire threshold in microseconds (0: off).
 static SLOW_ACQUIRE_US: AtomicU64 = AtomicU64::new(DEFAULT_SLOW_ACQUIRE.as_micros() as u64);
 
@@ -291,6 +293,7 @@ pub fn wait(
     interrupt: Option<crate::wait::Interrupt<'_>>,
 ) -> crate::Result<Vec<Event>> {
     let until = std::time::Instant::now() + timeout;
+    let wakes = WAKES.load(Ordering::Acquire);
     let mut st = state();
     loop {
         if !st.events.is_empty() {
@@ -298,7 +301,7 @@ pub fn wait(
             return Ok(st.events.drain(..).collect());
         }
         let now = std::time::Instant::now();
-        if now >= until {
+        if now >= until || WAKES.load(Ordering::Acquire) != wakes {
             return Ok(Vec::new());
         }
         let slice = (until - now).min(crate::wait::INTERRUPT_SLICE);
@@ -313,6 +316,14 @@ pub fn wait(
             st = state();
         }
     }
+}
+
+/// Ends every [`wait`] under way now (with what has arrived, maybe
+/// nothing): a listener shutting down.
+pub fn wake() {
+    WAKES.fetch_add(1, Ordering::AcqRel);
+    let _st = state();
+    queue().arrived.notify_all();
 }
 
 /// Sets the threshold beyond which a waiting acquire is reported

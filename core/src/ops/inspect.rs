@@ -129,21 +129,35 @@ impl Inspector {
                 .filter(|n| !n.is_empty())
                 .map(<[u8]>::to_vec)
         })?;
+        let names: Vec<&[u8]> = names.iter().map(Vec::as_slice).collect();
+        let mut items = self.locks_named(&names)?;
+        // Released between the scan and the read: not held any more.
+        items.retain(|i| i.holder.is_some());
+        Ok(Listing { items, complete })
+    }
+
+    /// The locks `names` as they are now, held or not, in that order (no
+    /// waiter listed): one pipelined round trip (one per master on a
+    /// cluster), for a view that refreshes what a scan found.
+    pub fn locks_named(&self, names: &[&[u8]]) -> Result<Vec<LockInfo>> {
+        page(names.len().max(1), "names")?;
+        for name in names {
+            validate::name(name, "lock name")?;
+        }
         let keys: Vec<LockKeys> = names
             .iter()
             .map(|n| LockKeys::new(&self.lock_prefix, n))
             .collect();
         let calls: Vec<_> = keys.iter().map(|k| lock_call(k, 0)).collect();
         let replies = self.batch("locks", &calls)?;
-        let mut items = Vec::with_capacity(names.len());
-        for ((name, keys), reply) in names.iter().zip(&keys).zip(replies) {
-            let info = parse_lock(name, keys, reply).map_err(|e| e.context("locks"))?;
-            // Released between the scan and the read: not held any more.
-            if info.holder.is_some() {
-                items.push(info);
-            }
-        }
-        Ok(Listing { items, complete })
+        names
+            .iter()
+            .zip(&keys)
+            .zip(replies)
+            .map(|((name, keys), reply)| {
+                parse_lock(name, keys, reply).map_err(|e| e.context("locks"))
+            })
+            .collect()
     }
 
     /// Frees the lock `name` whoever holds it: an operator's action, for a

@@ -99,21 +99,34 @@ impl Inspector {
         let (names, complete) = self.scan(&pattern, "zset", limit, |key| {
             self.queue_named_by(key, &wanted)
         })?;
+        let names: Vec<&[u8]> = names.iter().map(Vec::as_slice).collect();
+        let items = self.queues_named(&names)?;
+        Ok(Listing { items, complete })
+    }
+
+    /// The queues `names` with their counts, in that order: one pipelined
+    /// round trip (one per master on a cluster), for a view that refreshes
+    /// what a scan found.
+    pub fn queues_named(&self, names: &[&[u8]]) -> Result<Vec<QueueInfo>> {
+        page(names.len().max(1), "names")?;
+        for name in names {
+            validate::name(name, "queue name")?;
+        }
         let keys: Vec<QueueKeys> = names.iter().map(|n| self.queue_keys(n)).collect();
         let calls: Vec<_> = keys.iter().map(stats_call).collect();
         let replies = self.batch("queues", &calls)?;
         let mut items = Vec::with_capacity(names.len());
-        for ((name, keys), reply) in names.into_iter().zip(keys).zip(replies) {
+        for ((name, keys), reply) in names.iter().zip(keys).zip(replies) {
             let reply: Vec<Value> = redis::from_redis_value(reply)
                 .map_err(|e| Error::from_redis("queues", redis::RedisError::from(e)))?;
             let stats = parse_stats(&reply).map_err(|e| e.context("queues"))?;
             items.push(QueueInfo {
-                name,
+                name: name.to_vec(),
                 key: keys.queue,
                 stats,
             });
         }
-        Ok(Listing { items, complete })
+        Ok(items)
     }
 
     /// Up to `count` (1 to [`MAX_PAGE`](super::MAX_PAGE)) reservations of
