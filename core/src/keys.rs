@@ -105,6 +105,9 @@ pub(crate) struct LockKeys {
     pub waiters: Vec<u8>,
     /// Waiter lease deadlines.
     pub leases: Vec<u8>,
+    /// Tokens whose acquire was abandoned (a set): a late write of one of
+    /// them holds nothing (see `lock_abandon-5.lua`).
+    pub ghosts: Vec<u8>,
     /// Prefix of the per-waiter wake-up channels.
     pub channel: Vec<u8>,
 }
@@ -117,6 +120,7 @@ impl LockKeys {
             fence: join(&aux, b"fence"),
             waiters: join(&aux, b"waiters"),
             leases: join(&aux, b"leases"),
+            ghosts: join(&aux, b"ghosts"),
             channel: join(&aux, b"wake:"),
             lock,
         }
@@ -229,7 +233,7 @@ mod tests {
         ] {
             let k = LockKeys::new(b"Lock:", name);
             let s = slot_of(&k.lock);
-            for aux in [&k.fence, &k.waiters, &k.leases] {
+            for aux in [&k.fence, &k.waiters, &k.leases, &k.ghosts] {
                 assert_eq!(slot_of(aux), s, "{:?}", String::from_utf8_lossy(aux));
             }
             let q = QueueKeys::new(b"Queue:", b"Lock:", name);

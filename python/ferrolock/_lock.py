@@ -131,12 +131,19 @@ class Lock(_native.Lock, _Forms):
     release. fair: waiters are served in arrival order. url: Redis URL
     (default ``$REDIS_URL`` or ``redis://127.0.0.1:6379/0``). prefix: key
     prefix (default ``Lock:``). min_replicas: after each acquire, wait
-    (``WAIT``, up to 4/5 of the URL's command timeout) until that many replicas
-    have it, else release and raise :class:`LockError`. on_lost: called as
-    ``on_lost(lock)``, once per hold, from a background thread, when the
-    watchdog finds the lock lost (expired or taken while held, or no renewal
-    succeeded within its TTL); keep it short (set a flag, cancel the work).
-    A hold found lost by ``release()`` or ``extend()`` raises there instead.
+    (``WAIT``, up to 4/5 of the URL's command timeout or of the time the call
+    has left) until that many replicas have it, else release at once and raise
+    :class:`LockError`; while the master has fewer replicas connected, acquires
+    fail at once with :class:`LockError` naming the count, writing nothing.
+    on_lost: called as ``on_lost(lock)``, once per hold, from a background
+    thread, when the watchdog finds the lock lost (expired or taken while
+    held, or no renewal succeeded within its TTL); keep it short (set a flag,
+    cancel the work). A hold found lost by ``release()`` or ``extend()``
+    raises there instead.
+
+    A thread waiting again for a non-reentrant lock it holds gets
+    :class:`LockError` (it would wait for itself); ``async with`` tasks on one
+    loop are not told apart and wait.
     """
 
     __slots__ = ("__weakref__",)

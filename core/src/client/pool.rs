@@ -14,16 +14,20 @@
 //! one (a Sentinel failover seen or suspected), and a connection checked out
 //! before is then not pooled again.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::time::Instant;
 
 use redis::ConnectionLike;
 
 use super::conn::{Conn, Node};
+use super::replicas::Replicas;
 use super::sentinel::{Asking, LookupError, MasterView, Resolver};
 use super::topology::SlotCache;
 use crate::config::Config;
 use crate::fork::current_pid;
+use crate::settle::Settlement;
 use crate::sync::LockUnpoisoned;
 
 /// Idle connections kept per client (and per node, for subscriptions); more
@@ -39,6 +43,9 @@ pub(super) struct Pool {
     idle: Mutex<Idle>,
     /// Sentinel: signalled, with `idle`, when a lookup ends.
     looked_up: Condvar,
+    /// Sentinel: how many times the master was found to have changed (a
+    /// failover), readable without the mutex.
+    pub moves: AtomicU64,
 }
 
 /// Pool state, valid for the process `pid` only.
@@ -54,6 +61,11 @@ pub(super) struct Idle {
     pub epoch: u64,
     /// Sentinel: what this pool knows of the master.
     pub sentinel: Option<MasterView>,
+    /// The master's replica count, as last read (`min_replicas`).
+    pub replicas: Option<Replicas>,
+    /// Sentinel: releases made lately, to run again on a new master (see
+    /// `Client::note_release`), oldest first.
+    pub replays: VecDeque<(Instant, Box<dyn Settlement>)>,
 }
 
 impl Idle {
@@ -61,6 +73,7 @@ impl Idle {
     /// and keep those checked out now from coming back.
     pub(super) fn invalidate(&mut self) {
         self.epoch += 1;
+        self.replicas = None;
         self.conns.clear();
         self.subscribers.clear();
     }
@@ -80,8 +93,11 @@ impl Pool {
                 slots: SlotCache::default(),
                 epoch: 0,
                 sentinel,
+                replicas: None,
+                replays: VecDeque::new(),
             }),
             looked_up: Condvar::new(),
+            moves: AtomicU64::new(0),
         });
         let mut pools = POOLS.lock_unpoisoned();
         pools.retain(|p| p.strong_count() > 0);
@@ -97,10 +113,12 @@ impl Pool {
             // Forked: the sockets belong to the parent. Forget, never close.
             std::mem::forget(std::mem::take(&mut idle.conns));
             std::mem::forget(std::mem::take(&mut idle.subscribers));
+            std::mem::forget(std::mem::take(&mut idle.replays));
             if let Some(view) = idle.sentinel.as_mut() {
                 view.forget_after_fork();
             }
             idle.slots.clear();
+            idle.replicas = None;
             idle.pid = pid;
         }
         idle

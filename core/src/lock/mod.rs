@@ -17,11 +17,14 @@ pub(crate) mod redlock;
 pub(crate) mod single;
 mod waiter;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use crate::budget::Budget;
+use crate::client::Client;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::{DEFAULT_LOCK_PREFIX, LockKeys};
-use crate::scripts::{Call, LOCK_ACQUIRE, LOCK_EXTEND, LOCK_LEAVE, LOCK_RELEASE};
+use crate::scripts::{Call, LOCK_ABANDON, LOCK_ACQUIRE, LOCK_EXTEND, LOCK_LEAVE, LOCK_RELEASE};
+use crate::settle::Settlement;
 use crate::wait::{self, Interrupt, Wait};
 
 /// Default lock TTL.
@@ -48,7 +51,10 @@ pub struct LockOptions {
     /// come much sooner, by notification).
     pub recheck: Duration,
     /// Confirm each acquire on this many replicas (`WAIT`) before reporting
-    /// success; 0 disables. See the README's deployment notes.
+    /// success; 0 disables. While the master has fewer replicas connected,
+    /// acquires fail at once ([`ErrorKind::Quorum`]) without writing; a
+    /// `WAIT` that falls short is undone at once. See the README's
+    /// deployment notes.
     pub min_replicas: u32,
 }
 
@@ -71,6 +77,20 @@ impl Default for LockOptions {
 pub trait DistributedLock: Send + Sync {
     /// Takes the lock, waiting as `wait` allows; `Ok(false)` when the wait ran out.
     fn acquire(&self, wait: Wait, interrupt: Option<Interrupt<'_>>) -> Result<bool>;
+    /// [`DistributedLock::acquire`] on behalf of `caller` (a thread or
+    /// greenlet id; `None`: unknown), so that a caller re-acquiring a
+    /// non-reentrant lock it holds fails instead of waiting for itself (see
+    /// [`Lock::acquire_as`](single::Lock::acquire_as)). By default the
+    /// caller is not told apart.
+    fn acquire_as(
+        &self,
+        wait: Wait,
+        interrupt: Option<Interrupt<'_>>,
+        caller: Option<u64>,
+    ) -> Result<bool> {
+        let _ = caller;
+        self.acquire(wait, interrupt)
+    }
     /// Releases it; [`ErrorKind::NotOwned`] when not held by this object.
     fn release(&self) -> Result<()>;
     /// Sets the remaining TTL (default: the lock's ttl).
@@ -92,7 +112,7 @@ pub trait DistributedLock: Send + Sync {
     fn ttl(&self) -> Duration;
 }
 
-/// Outcome of one acquire attempt: the reply of `lock_acquire-4.lua`.
+/// Outcome of one acquire attempt: the reply of `lock_acquire-5.lua`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Tried {
     /// Taken, with this fencing token.
@@ -117,11 +137,11 @@ impl redis::FromRedisValue for Tried {
     }
 }
 
-/// One run of the acquire script (`lock_acquire-4.lua`) for `token`;
+/// One run of the acquire script (`lock_acquire-5.lua`) for `token`;
 /// `waiter` registers it as that waiter while the lock is busy ('' = not).
 /// An attempt of a non-fair lock that does not register (a `Lock`'s first
 /// attempt, Redlock's attempts before they listen) uses the script's short
-/// form, two keys and four arguments fewer.
+/// form, three keys and four arguments fewer.
 pub(crate) fn acquire_call(
     k: &LockKeys,
     token: &str,
@@ -136,8 +156,22 @@ pub(crate) fn acquire_call(
             .arg(token)
             .arg(ttl_ms);
     }
+    full_acquire_call(k, token, ttl_ms, waiter, fair, lease_ms)
+}
+
+/// The acquire script's full form (see [`acquire_call`]), which also clears
+/// a ghost holder and waits behind older waiters of a fair lock; `waiter`
+/// '' does not register.
+pub(crate) fn full_acquire_call(
+    k: &LockKeys,
+    token: &str,
+    ttl_ms: u64,
+    waiter: &str,
+    fair: bool,
+    lease_ms: u64,
+) -> Call {
     LOCK_ACQUIRE
-        .call(&[&k.lock, &k.fence, &k.waiters, &k.leases])
+        .call(&[&k.lock, &k.fence, &k.waiters, &k.leases, &k.ghosts])
         .arg(token)
         .arg(ttl_ms)
         .arg(waiter)
@@ -179,6 +213,90 @@ pub(crate) fn leave_call(
         .arg(token)
         .arg(if give_back { "1" } else { "0" })
         .arg(&k.channel)
+}
+
+/// The script that undoes an acquire with `token` its caller gave up on
+/// (`lock_abandon-5.lua`): the token's waiter registration (`member`, or
+/// any, when `None`) is removed, its hold released (handed on), and the
+/// token recorded as a ghost for `ghost_ttl_ms`.
+pub(crate) fn abandon_call(
+    k: &LockKeys,
+    token: &str,
+    member: Option<&str>,
+    ghost_ttl_ms: u64,
+) -> Call {
+    LOCK_ABANDON
+        .call(&[&k.lock, &k.fence, &k.waiters, &k.leases, &k.ghosts])
+        .arg(token)
+        .arg(member.unwrap_or(""))
+        .arg(&k.channel)
+        .arg(ghost_ttl_ms)
+}
+
+/// How long the ghost of an abandoned token is remembered beyond the hold's
+/// TTL, and how long past the TTL its abandonment is retried: a write of the
+/// token still buffered by a paused server, or delayed in the network, runs
+/// when it runs.
+pub(crate) const GHOST_GRACE: Duration = Duration::from_secs(60);
+
+/// An acquire its caller gave up on, while one of its round trips had an
+/// unknown outcome (its reply lost: it may have taken the lock) or a grant
+/// reached a waiter that had left: settled by `lock_abandon-5.lua`, so the
+/// token holds nothing and waits nowhere, and a late write of it is cleared
+/// by the next contender (see [`crate::settle`]).
+pub(crate) struct Abandon {
+    client: Client,
+    keys: LockKeys,
+    token: String,
+    member: Option<String>,
+    ttl: Duration,
+    horizon: Instant,
+    label: String,
+}
+
+impl Abandon {
+    /// The abandonment of `token`'s acquire of the lock `keys` (whose holds
+    /// live `ttl`); `member`: its waiter registration, if known.
+    pub(crate) fn new(
+        client: &Client,
+        keys: &LockKeys,
+        token: &str,
+        member: Option<String>,
+        ttl: Duration,
+        label: &str,
+    ) -> Self {
+        Self {
+            client: client.clone(),
+            keys: keys.clone(),
+            token: token.to_owned(),
+            member,
+            ttl,
+            horizon: Instant::now() + ttl + GHOST_GRACE,
+            label: label.to_owned(),
+        }
+    }
+}
+
+impl Settlement for Abandon {
+    fn settle(&self, budget: Budget) -> Result<()> {
+        let ghost_ttl = crate::validate::millis(self.ttl + GHOST_GRACE);
+        let call = abandon_call(&self.keys, &self.token, self.member.as_deref(), ghost_ttl);
+        self.client
+            .run_within(budget, &self.label, |c| call.query::<i64>(c))
+            .map(drop)
+    }
+
+    fn horizon(&self) -> Instant {
+        self.horizon
+    }
+
+    fn describe(&self) -> String {
+        format!("abandoned acquire of {}", self.label)
+    }
+
+    fn client_id(&self) -> *const () {
+        self.client.pool_id()
+    }
 }
 
 /// A release or extend refused: `label` is not held by this owner (`why`).

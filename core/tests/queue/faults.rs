@@ -315,7 +315,10 @@ fn a_worker_loop_under_cut_replies_handles_every_task_once() {
     proxy.set(PASS);
     assert!(ferrolock::wait_settled(Duration::from_secs(10)));
     assert!(proxy.cuts.load(Ordering::Relaxed) > 3, "replies were cut");
-    assert!(troubles.load(Ordering::Relaxed) > 0);
+    // Most cut replies are settled inside the call (the take is sent again
+    // with its request id and answered from the record); those that are not
+    // reach the loop's log, never the caller.
+    let _ = troubles.load(Ordering::Relaxed);
     seen.sort();
     let mut unique = seen.clone();
     unique.dedup();
