@@ -82,11 +82,12 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]], right: Seque
     return [line(list(headers))] + [line(r) for r in cells]
 
 
-def shown(name: str, width: int = 40) -> str:
-    """A name as a table shows it: control characters escaped, long ones cut."""
+def shown(name: str, width: int | None = None) -> str:
+    """A name as a table shows it: control characters escaped; cut to
+    ``width`` when given (names are shown whole: an operator acts on them)."""
     text = name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return text if width is None or len(text) <= width else text[: width - 1] + "…"
 
 
 def payload_text(payload: bytes | None, width: int = 40) -> str:
@@ -158,7 +159,7 @@ class Cli:
         if self.args.json:
             self.emit(info)
             return OK if found else NOT_FOUND
-        title = f"lock {shown(info['name'], 80)!r} (key {shown(info['key'], 80)})"
+        title = f"lock {shown(info['name'])!r} (key {shown(info['key'])})"
         if info["holder"] is None:
             self.print(f"{title}: not held")
         else:
@@ -185,10 +186,10 @@ class Cli:
             self.emit({"name": name, "released": ended is not None, "holder": ended,
                        "now_held_by": after["holder"]})
         elif ended is None:
-            self.print(f"lock {shown(name, 80)!r}: not held, nothing released")
+            self.print(f"lock {shown(name)!r}: not held, nothing released")
         else:
             next_holder = f"; now held by {after['holder']} (the next waiter)" if after["holder"] else ""
-            self.print(f"lock {shown(name, 80)!r}: released by force (was held by {ended}){next_holder}")
+            self.print(f"lock {shown(name)!r}: released by force (was held by {ended}){next_holder}")
         return OK if ended is not None else NOT_FOUND
 
     # -- queues
@@ -214,7 +215,7 @@ class Cli:
         if self.args.json:
             self.emit({**info, "in_flight_tasks": page})
             return OK if found else NOT_FOUND
-        self.print(f"queue {shown(name, 80)!r} (key {shown(info['key'], 80)})",
+        self.print(f"queue {shown(name)!r} (key {shown(info['key'])})",
                    f"  due {info['due']}   delayed {info['delayed']}   in flight {info['in_flight']}   "
                    f"dead {info['dead']}   oldest due {duration(info['oldest_due_age']) if info['due'] else '-'}")
         if page["items"]:
@@ -245,11 +246,11 @@ class Cli:
         elif tasks:
             rows = [[shown(t.id), f"{duration(now - t.score)} ago", t.attempts, payload_text(t.payload)]
                     for t in tasks]
-            self.print(f"DEAD in queue {shown(name, 80)!r}: {total}"
+            self.print(f"DEAD in queue {shown(name)!r}: {total}"
                        f" (showing {self.args.offset + 1}-{self.args.offset + len(tasks)})",
                        *table(("ID", "DIED", "ATTEMPTS", "PAYLOAD"), rows, right=(2,)))
         else:
-            self.print(f"queue {shown(name, 80)!r}: no dead task" + (" here" if self.args.offset else ""))
+            self.print(f"queue {shown(name)!r}: no dead task" + (" here" if self.args.offset else ""))
         return OK if tasks else NOT_FOUND
 
     def retry(self) -> int:
@@ -265,7 +266,7 @@ class Cli:
         if self.args.json:
             self.emit({"name": name, what: n})
         else:
-            self.print(f"queue {shown(name, 80)!r}: {n} dead task{'s' if n != 1 else ''} {what}"
+            self.print(f"queue {shown(name)!r}: {n} dead task{'s' if n != 1 else ''} {what}"
                        + (f" ({meaning})" if n else ""))
         return OK if n else NOT_FOUND
 
