@@ -94,8 +94,12 @@ def watch_lost(lock: Any, callback: Callable[[Any], object]) -> None:
     (once per hold), for as long as ``lock`` lives."""
     key = lock._id
 
-    def forget(_ref: object) -> None:
-        _watched.pop(key, None)
+    # Bound now: at interpreter exit the module's globals may be gone when
+    # the last locks are collected.
+    def forget(ref: object, watched: dict[int, Any] = _watched) -> None:
+        entry = watched.get(key)
+        if entry is not None and entry[0] is ref:
+            del watched[key]
 
     _watched[key] = (weakref.ref(lock, forget), callback)
     start()
