@@ -893,12 +893,12 @@ fn call(name: &str, args: Vec<&dyn ext_php_rs::convert::IntoZvalDyn>) -> Option<
 
 /// Logs `message` with PHP's `error_log()` (stderr in the CLI, else the
 /// configured log).
-fn error_log(message: &str) {
+pub(crate) fn error_log(message: &str) {
     call("error_log", vec![&message]);
 }
 
 /// What a handler threw, as a log line.
-fn describe(e: ext_php_rs::error::Error) -> String {
+pub(crate) fn describe(e: ext_php_rs::error::Error) -> String {
     match e {
         ext_php_rs::error::Error::Exception(obj) => {
             let class = obj.get_class_name().unwrap_or_else(|_| "exception".into());

@@ -32,7 +32,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Callable, NoReturn, TextIO
 
@@ -101,7 +101,7 @@ def redacted(url: str) -> str:
     return re.sub(r"(//[^/@:]*:)[^/@]*@", r"\1***@", url)
 
 
-def lock_rows(locks: list[dict[str, Any]]) -> list[list[object]]:
+def lock_rows(locks: Sequence[Mapping[str, Any]]) -> list[list[object]]:
     return [[shown(lk["name"]), lk["holder"] or "-",
              duration(lk["ttl"]) if lk["expires"] or lk["holder"] is None else "no expiry",
              lk["fence"] if lk["fence"] is not None else "-", lk["waiting"]] for lk in locks]
@@ -111,7 +111,7 @@ LOCK_HEADERS = ("NAME", "HOLDER", "TTL", "FENCE", "WAITERS")
 QUEUE_HEADERS = ("NAME", "DUE", "DELAYED", "IN FLIGHT", "DEAD", "OLDEST DUE")
 
 
-def queue_rows(queues: list[dict[str, Any]]) -> list[list[object]]:
+def queue_rows(queues: Sequence[Mapping[str, Any]]) -> list[list[object]]:
     return [[shown(q["name"]), q["due"], q["delayed"], q["in_flight"], q["dead"],
              duration(q["oldest_due_age"]) if q["due"] else "-"] for q in queues]
 
@@ -311,7 +311,7 @@ class Cli:
                 self.print("")
             return OK
 
-    def frame(self, locks: list[dict[str, Any]], queues: list[dict[str, Any]]) -> list[str]:
+    def frame(self, locks: Sequence[Mapping[str, Any]], queues: Sequence[Mapping[str, Any]]) -> list[str]:
         a = self.args
         when = datetime.now().strftime("%Y-%m-%d %H:%M:%S")
         lines = [f"ferrolock watch  {redacted(self.url)}  {when}  "

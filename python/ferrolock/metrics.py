@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Union
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -102,7 +102,7 @@ class FerrolockCollector:
             queues = list(self._queues.items())
         for name, queue in queues:
             try:
-                stats = queue.stats()
+                stats: Mapping[str, Any] = queue.stats()
             except ferrolock.FerrolockError as e:
                 log.warning("metrics: queue %r: %s", name, e)
                 up.add_metric([name], 0)
@@ -114,7 +114,7 @@ class FerrolockCollector:
         yield up
 
     def _process_metrics(self) -> Iterator[Any]:
-        m = _native._metrics()
+        m: Mapping[str, Any] = _native._metrics()
         bounds = [*(format(b, "g") for b in m["buckets"]), "+Inf"]
         for key, name, doc in (
             ("lock_wait", "ferrolock_lock_wait_seconds", "Acquire calls of this process that got the lock."),
