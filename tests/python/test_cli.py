@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-import ferrolock
 from ferrolock import Lock, Queue
 from tests.support.servers import free_port
 
