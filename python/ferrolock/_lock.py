@@ -163,6 +163,10 @@ class Lock(_native.Lock, _Forms):
         else:
             _events.start()
 
+    # What help() and inspect show: the native constructor's settings and
+    # defaults (the core's), not this __init__'s catch-all.
+    __signature__ = inspect.signature(_native.Lock)
+
     @classmethod
     def from_redis(cls, client: Any, name: str, **kwargs: Any) -> Lock:
         """A lock on the Redis that the redis-py ``client`` talks to (its host,

@@ -12,6 +12,7 @@ handler runs) is the native ``_Worker``. Calls go one way: from here into
 
 from __future__ import annotations
 
+import inspect
 import logging
 import signal
 import threading
@@ -105,6 +106,10 @@ class Queue(_native.Queue):
         # The settings were read by the native __new__; this starts the
         # listener of the core's events (dead letters are logged).
         _events.start()
+
+    # What help() and inspect show: the native constructor's settings and
+    # defaults (the core's), not this __init__'s catch-all.
+    __signature__ = inspect.signature(_native.Queue)
 
     def work(
         self,

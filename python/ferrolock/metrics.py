@@ -32,10 +32,14 @@ a label per name would be too.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Union
+
+if importlib.util.find_spec("prometheus_client") is None:  # pragma: no cover - depends on the environment
+    raise ImportError("ferrolock.metrics needs prometheus_client: pip install 'ferrolock[prometheus]'")
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import REGISTRY
