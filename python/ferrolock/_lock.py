@@ -165,7 +165,10 @@ class Lock(_native.Lock, _Forms):
 
     # What help() and inspect show: the native constructor's settings and
     # defaults (the core's), not this __init__'s catch-all.
-    __signature__ = inspect.signature(_native.Lock)
+    try:
+        __signature__ = inspect.signature(_native.Lock)
+    except ValueError:  # Python 3.9 reads no signature of a native class
+        pass
 
     @classmethod
     def from_redis(cls, client: Any, name: str, **kwargs: Any) -> Lock:

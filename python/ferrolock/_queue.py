@@ -109,7 +109,10 @@ class Queue(_native.Queue):
 
     # What help() and inspect show: the native constructor's settings and
     # defaults (the core's), not this __init__'s catch-all.
-    __signature__ = inspect.signature(_native.Queue)
+    try:
+        __signature__ = inspect.signature(_native.Queue)
+    except ValueError:  # Python 3.9 reads no signature of a native class
+        pass
 
     def work(
         self,
