@@ -10,6 +10,7 @@
 //! `subscriber.rs` (connections for pub/sub waits, on the right node).
 
 pub(crate) mod conn;
+mod nodes;
 mod pool;
 mod replicas;
 mod sentinel;

@@ -2,6 +2,7 @@
 //! master or a Cluster).
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -16,6 +17,7 @@ use crate::client::Client;
 use crate::client::conn::Link;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::{LockKeys, label, new_token};
+use crate::ops::LockRef;
 use crate::scripts::Call;
 use crate::settle;
 use crate::sync::LockUnpoisoned;
@@ -38,6 +40,8 @@ pub struct Lock {
     label: String,
     opts: LockOptions,
     state: Mutex<State>,
+    /// This object, as events and lost-lock hooks name it (`ops`).
+    me: LockRef,
 }
 
 impl std::fmt::Debug for Lock {
@@ -59,6 +63,8 @@ struct Held {
     pid: u32,
     depth: u32,
     lease: Option<Arc<Lease>>,
+    /// When it was taken (the hold time metric).
+    since: Instant,
     /// Taken after waiting: others probably wait too, and the release will
     /// likely hand the lock over (see [`Lock::release_token`]).
     waited: bool,
@@ -111,6 +117,7 @@ impl Lock {
         validate::name(name, "lock name")?;
         validate::lifetime(opts.ttl, "ttl")?;
         validate::interval(opts.recheck, "recheck interval")?;
+        static IDS: AtomicU64 = AtomicU64::new(1);
         Ok(Self {
             client: client.clone(),
             keys: LockKeys::new(&opts.prefix, name),
@@ -118,7 +125,18 @@ impl Lock {
             name: name.to_vec(),
             opts,
             state: Mutex::new(State::default()),
+            me: LockRef {
+                id: IDS.fetch_add(1, Ordering::Relaxed),
+                name: name.to_vec(),
+                label: label("lock", name),
+            },
         })
+    }
+
+    /// This object's id, unique in the process: what events about it
+    /// ([`ferrolock::ops::events`](crate::ops::events)) name it by.
+    pub fn id(&self) -> u64 {
+        self.me.id
     }
 
     /// A lock on `name` that adopts the hold of `token`: an owner token
@@ -151,6 +169,7 @@ impl Lock {
             let renew = Box::new(RenewHold {
                 keys: lock.keys.clone(),
                 token: token.to_owned(),
+                me: lock.me.clone(),
             });
             let lease = Lease::new(lock.client.clone(), renew, lock.opts.ttl);
             watchdog::register(lease.clone());
@@ -165,6 +184,7 @@ impl Lock {
             pid: crate::fork::current_pid(),
             depth: 1,
             lease,
+            since: Instant::now(),
             waited: false,
             valid_until: sent + left,
             ttl: lock.opts.ttl,
@@ -276,6 +296,7 @@ impl Lock {
             }
         }
         let token = token.unwrap_or_else(new_token);
+        let started = Instant::now();
         let deadline = wait.deadline();
         let budget = match wait {
             Wait::Try => self.client.one_call(),
@@ -291,6 +312,7 @@ impl Lock {
                 if trail.unsure.get() {
                     let _ = self.abandon(&token, budget);
                 }
+                crate::ops::metrics::count(&crate::ops::metrics::ACQUIRES_MISSED);
                 return Ok(false);
             }
             Err(e) => {
@@ -317,10 +339,12 @@ impl Lock {
         if self.opts.min_replicas > 0 {
             self.confirm_replicas(&token, budget)?;
         }
+        crate::ops::acquired(&self.me, started.elapsed());
         let lease = self.opts.auto_renew.then(|| {
             let renew = Box::new(RenewHold {
                 keys: self.keys.clone(),
                 token: token.clone(),
+                me: self.me.clone(),
             });
             let lease = Lease::new(self.client.clone(), renew, self.opts.ttl);
             watchdog::register(lease.clone());
@@ -336,6 +360,7 @@ impl Lock {
             pid: crate::fork::current_pid(),
             depth: 1,
             lease,
+            since: Instant::now(),
             waited,
             valid_until: sent + self.opts.ttl,
             ttl: self.opts.ttl,
@@ -676,6 +701,7 @@ impl Lock {
                 }
                 Ok(false) => {
                     self.state.lock_unpoisoned().lost = true;
+                    self.report_lost(&held, "a release found it expired or taken");
                     return Err(self.refused(&held, "the release"));
                 }
                 Err(e) if e.is_transient() => e,
@@ -696,6 +722,7 @@ impl Lock {
     /// run again on a new master should the master turn out to have changed
     /// (see [`Client::note_release`]).
     fn released(&self, held: &Held) {
+        crate::ops::metrics::LOCK_HOLD.observe(held.since.elapsed());
         self.client.note_release(|| {
             Box::new(ReleaseHold {
                 client: self.client.clone(),
@@ -710,6 +737,7 @@ impl Lock {
     /// Hands the release of `held` to the keeper after the call ran out of
     /// time with `e`; the error the caller gets.
     fn release_later(&self, held: &Held, e: Error) -> Error {
+        crate::ops::metrics::LOCK_HOLD.observe(held.since.elapsed());
         // The key expires by its TTL at the latest: the last renewal or
         // extend was sent before now.
         let settlement = Box::new(ReleaseHold {
@@ -724,6 +752,15 @@ impl Lock {
             "the release is completed in the background once the server answers \
              (the key expires by its TTL at the latest); this object no longer holds the lock",
         )
+    }
+
+    /// Reports `held` lost (`why`) when a release or extend found it so:
+    /// once per hold, whether the watchdog or a call finds it first.
+    fn report_lost(&self, held: &Held, why: &str) {
+        match &held.lease {
+            Some(lease) => lease.report_lost(why, false),
+            None => crate::ops::lock_lost(&self.me, why, false),
+        }
     }
 
     /// True when the client's master changed since `held` was taken (a
@@ -831,7 +868,16 @@ impl Lock {
             return Ok(());
         }
         let err = self.refused(h, "the extend");
+        let lease = h.lease.clone();
         st.lost = true;
+        // Reported once the state is unlocked (no mutex of ours is taken
+        // while another is held: see `fork.rs`).
+        drop(st);
+        let why = "an extend found it expired or taken";
+        match lease {
+            Some(lease) => lease.report_lost(why, false),
+            None => crate::ops::lock_lost(&self.me, why, false),
+        }
         Err(err)
     }
 
@@ -1021,10 +1067,15 @@ const _: () = {
 struct RenewHold {
     keys: LockKeys,
     token: String,
+    me: LockRef,
 }
 
 impl Renew for RenewHold {
     fn call(&self, ttl_ms: u64) -> Call {
         extend_call(&self.keys, &self.token, ttl_ms)
+    }
+
+    fn about(&self) -> Option<&LockRef> {
+        Some(&self.me)
     }
 }

@@ -207,6 +207,9 @@ impl Queue {
                     Taken::Tasks(_, f) | Taken::Empty(_, f) => *f,
                 };
                 finished.set(code > 0);
+                if code == 2 && how == "nack" {
+                    self.dead_lettered(id);
+                }
             }
             Ok(taken)
         };

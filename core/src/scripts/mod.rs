@@ -46,6 +46,8 @@ pub(crate) static QUEUE_TOUCH: LazyLock<LuaScript> = lua!("queue_touch-2.lua");
 pub(crate) static QUEUE_DEAD: LazyLock<LuaScript> = lua!("queue_dead-10.lua");
 pub(crate) static QUEUE_STATS: LazyLock<LuaScript> = lua!("queue_stats-3.lua");
 pub(crate) static QUEUE_LEAVE: LazyLock<LuaScript> = lua!("queue_leave-4.lua");
+pub(crate) static OPS_LOCK: LazyLock<LuaScript> = lua!("ops_lock-4.lua");
+pub(crate) static OPS_INFLIGHT: LazyLock<LuaScript> = lua!("ops_inflight-2.lua");
 
 impl LuaScript {
     /// Starts an EVALSHA call with `keys`; add arguments with [`Call::arg`].
