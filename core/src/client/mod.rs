@@ -15,6 +15,7 @@ mod replicas;
 mod sentinel;
 pub(crate) mod subscriber;
 mod topology;
+mod wire;
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -25,7 +26,8 @@ use std::time::{Duration, Instant};
 use redis::{FromRedisValue, RedisResult};
 
 use self::conn::{
-    Conn, Link, install_crypto_provider, is_failover, is_stale, may_have_run, open, single_client,
+    Conn, Link, install_crypto_provider, is_failover, is_stale, may_have_run, open_link,
+    single_client,
 };
 use self::pool::Pool;
 use self::sentinel::{MasterView, Next};
@@ -316,7 +318,11 @@ impl Client {
         op: &mut impl FnMut(&mut Conn) -> RedisResult<T>,
     ) -> RedisResult<T> {
         conn.fit_timeout(budget.cap(self.inner.config.command_timeout))?;
-        deferring_signals(|| op(conn))
+        if conn.defers_signals() {
+            deferring_signals(|| op(conn))
+        } else {
+            op(conn)
+        }
     }
 
     /// The error of a call whose budget is spent before a round trip could
@@ -425,10 +431,10 @@ impl Client {
         let ctx = cfg.redacted_url();
         let connect_timeout = budget.cap(cfg.connect_timeout);
         let link = match &self.inner.backend {
-            Backend::Single(client) => open(client, cfg, connect_timeout).map(Link::Single),
+            Backend::Single(client) => open_link(client, cfg, connect_timeout),
             Backend::Sentinel => {
                 let client = self.master_client()?;
-                open(&client, cfg, connect_timeout).map(Link::Single)
+                open_link(&client, cfg, connect_timeout)
             }
             Backend::Cluster(client) => client.get_connection().map(|c| Link::Cluster(Box::new(c))),
         };
@@ -567,9 +573,12 @@ impl Client {
     }
 }
 
-/// Runs one round trip with signals deferred: a signal must not cut it short,
-/// Redis would have run the command and its reply would be lost (see
-/// `signals.rs`). Connecting is left interruptible: nothing was sent yet.
+/// Runs one round trip on a connection of the redis crate (TLS, RESP3, a
+/// cluster) with signals deferred: a signal must not cut it short, Redis
+/// would have run the command and its reply would be lost (see
+/// `signals.rs`). Our own plain connections need no such guard: their reads
+/// go on after a signal (`wire.rs`). Connecting is left interruptible:
+/// nothing was sent yet.
 fn deferring_signals<T>(op: impl FnOnce() -> T) -> T {
     let _signals = crate::signals::Deferred::new();
     op()

@@ -13,7 +13,6 @@ use super::{
 };
 use crate::budget::Budget;
 use crate::client::Client;
-use crate::client::conn::Link;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::{LockKeys, label, new_token};
 use crate::scripts::Call;
@@ -612,8 +611,8 @@ impl Lock {
         let call = release_call(&self.keys, token);
         let released: i64 = self
             .client
-            .run_noting(budget, &self.label, maybe_ran, |c| match c.link() {
-                Link::Single(con) if hand_over => call.query_behind_ping(con),
+            .run_noting(budget, &self.label, maybe_ran, |c| match c.single() {
+                Some(con) if hand_over => call.query_behind_ping(con),
                 _ => call.query(c),
             })?;
         Ok(released == 1)

@@ -12,18 +12,23 @@ use std::sync::LazyLock;
 use redis::{Cmd, ConnectionLike, FromRedisValue, RedisResult, ToRedisArgs};
 
 use crate::client::Client;
-use crate::client::conn::{Conn, Link};
+use crate::client::conn::{Conn, Link, Packed};
 use crate::error::Result;
 
 /// One Lua script, hashed once.
 pub(crate) struct LuaScript {
     script: redis::Script,
+    code: &'static str,
 }
 
 macro_rules! lua {
     ($file:literal) => {
-        LazyLock::new(|| LuaScript {
-            script: redis::Script::new(include_str!(concat!(env!("OUT_DIR"), "/scripts/", $file))),
+        LazyLock::new(|| {
+            let code = include_str!(concat!(env!("OUT_DIR"), "/scripts/", $file));
+            LuaScript {
+                script: redis::Script::new(code),
+                code,
+            }
         })
     };
 }
@@ -108,22 +113,33 @@ impl Call {
     /// connection only: a cluster routes a PING to any node.
     pub(crate) fn query_behind_ping<T: FromRedisValue>(
         &self,
-        con: &mut redis::Connection,
+        con: &mut dyn Packed,
     ) -> RedisResult<T> {
         let ping = redis::cmd("PING");
-        let run = |con: &mut redis::Connection| -> RedisResult<T> {
+        let run = |con: &mut dyn Packed| -> RedisResult<T> {
             let mut replies = pipelined(con, [&ping, &self.cmd])?;
             let reply = replies.pop().unwrap_or(redis::Value::Nil);
             Ok(redis::from_redis_value(reply)?)
         };
         match run(con) {
             Err(e) if is_noscript(&e) => {
-                self.script.script.load(con)?;
+                load(con, self.script)?;
                 run(con)
             }
             other => other,
         }
     }
+}
+
+/// `SCRIPT LOAD` of `script` on `con`.
+fn load(con: &mut dyn Packed, script: &LuaScript) -> RedisResult<()> {
+    let mut packed = Vec::new();
+    redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(script.code)
+        .write_packed_command(&mut packed);
+    con.send_packed(&packed)?;
+    con.recv()?.extract_error().map(drop)
 }
 
 fn is_noscript(e: &redis::RedisError) -> bool {
@@ -139,7 +155,7 @@ fn is_noscript(e: &redis::RedisError) -> bool {
 /// answering took n times the call's time. Here the first failed read ends
 /// it (the connection is then dropped by the client).
 fn pipelined<'a>(
-    con: &mut redis::Connection,
+    con: &mut dyn Packed,
     cmds: impl IntoIterator<Item = &'a Cmd>,
 ) -> RedisResult<Vec<redis::Value>> {
     let mut packed = Vec::new();
@@ -148,10 +164,10 @@ fn pipelined<'a>(
         cmd.write_packed_command(&mut packed);
         count += 1;
     }
-    con.send_packed_command(&packed)?;
+    con.send_packed(&packed)?;
     let mut replies = Vec::with_capacity(count);
     for _ in 0..count {
-        replies.push(con.recv_response()?);
+        replies.push(con.recv()?);
     }
     replies
         .into_iter()
@@ -166,6 +182,7 @@ fn pipelined<'a>(
 pub(crate) fn query_batch(conn: &mut Conn, calls: &[Call]) -> RedisResult<Vec<redis::Value>> {
     let run = |conn: &mut Conn| -> RedisResult<Vec<redis::Value>> {
         match conn.link() {
+            Link::Plain(w) => pipelined(w, calls.iter().map(|call| &call.cmd)),
             Link::Single(c) => pipelined(c, calls.iter().map(|call| &call.cmd)),
             Link::Cluster(c) => {
                 let mut pipe = redis::cluster::cluster_pipe();
