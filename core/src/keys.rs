@@ -275,7 +275,10 @@ mod tests {
         assert_eq!(n, 128, "the child wrote its four tokens");
         let theirs = std::str::from_utf8(&buf).expect("hex");
         for (i, t) in mine.iter().enumerate() {
-            assert!(!theirs.contains(t.as_str()), "the child drew the parent's token {i}: {t}");
+            assert!(
+                !theirs.contains(t.as_str()),
+                "the child drew the parent's token {i}: {t}"
+            );
         }
     }
 

@@ -178,7 +178,8 @@ impl Wire {
             }
         }
         if settings.db() != 0
-            && let Value::ServerError(e) = self.req_command(redis::cmd("SELECT").arg(settings.db()))?
+            && let Value::ServerError(e) =
+                self.req_command(redis::cmd("SELECT").arg(settings.db()))?
         {
             return Err(RedisError::from((
                 redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use super::fence::{self, Fence};
 use super::waiter::{LockWaiter, Trail};
 use super::{
-    Abandon, DistributedLock, LockOptions, Tried, acquire_call, extend_call, not_owned,
+    Abandon, DistributedLock, Extender, LockOptions, Tried, acquire_call, extend_call, not_owned,
     release_call,
 };
 use crate::budget::Budget;
@@ -58,6 +58,8 @@ struct Held {
     pid: u32,
     depth: u32,
     lease: Option<Arc<Lease>>,
+    /// Its extends (shared with the watchdog's renewals).
+    extender: Arc<Extender>,
     /// Taken after waiting: others probably wait too, and the release will
     /// likely hand the lock over (see [`Lock::release_token`]).
     waited: bool,
@@ -146,11 +148,9 @@ impl Lock {
                 lock.not_owned("the token does not hold it (expired, released or taken over)")
             );
         }
+        let extender = Arc::new(Extender::new(lock.keys.clone(), token.to_owned()));
         let lease = lock.opts.auto_renew.then(|| {
-            let renew = Box::new(RenewHold {
-                keys: lock.keys.clone(),
-                token: token.to_owned(),
-            });
+            let renew = Box::new(RenewHold(extender.clone()));
             let lease = Lease::new(lock.client.clone(), renew, lock.opts.ttl);
             watchdog::register(lease.clone());
             lease
@@ -164,6 +164,7 @@ impl Lock {
             pid: crate::fork::current_pid(),
             depth: 1,
             lease,
+            extender,
             waited: false,
             valid_until: sent + left,
             ttl: lock.opts.ttl,
@@ -316,11 +317,9 @@ impl Lock {
         if self.opts.min_replicas > 0 {
             self.confirm_replicas(&token, budget)?;
         }
+        let extender = Arc::new(Extender::new(self.keys.clone(), token.clone()));
         let lease = self.opts.auto_renew.then(|| {
-            let renew = Box::new(RenewHold {
-                keys: self.keys.clone(),
-                token: token.clone(),
-            });
+            let renew = Box::new(RenewHold(extender.clone()));
             let lease = Lease::new(self.client.clone(), renew, self.opts.ttl);
             watchdog::register(lease.clone());
             lease
@@ -335,6 +334,7 @@ impl Lock {
             pid: crate::fork::current_pid(),
             depth: 1,
             lease,
+            extender,
             waited,
             valid_until: sent + self.opts.ttl,
             ttl: self.opts.ttl,
@@ -792,23 +792,36 @@ impl Lock {
             Some(ttl) => validate::lifetime(ttl, "ttl")?,
             None => self.opts.ttl,
         };
-        let token = {
+        let (token, extender) = {
             let mut st = self.state.lock_unpoisoned();
             match st.held_here() {
-                Some(h) => h.token.clone(),
+                Some(h) => (h.token.clone(), h.extender.clone()),
                 None => return Err(self.not_held(&st)),
             }
         };
-        let call = extend_call(&self.keys, &token, validate::millis(ttl));
+        let ttl_ms = validate::millis(ttl);
         let budget = self.client.one_call();
         let mut pause = FIRST_RETRY_PAUSE;
         let (extended, sent) = loop {
+            let call = extender.call(&self.client, ttl_ms);
             let sent = Instant::now();
-            match self
-                .client
-                .run_within(budget, &self.label, |c| call.query::<i64>(c))
-            {
-                Ok(n) => break (n == 1, sent),
+            let reply = self.client.run_within(budget, &self.label, |c| {
+                let reply: redis::Value = call.query(c)?;
+                Extender::answer(&reply).ok_or_else(|| {
+                    redis::RedisError::from((
+                        redis::ErrorKind::UnexpectedReturnType,
+                        "an extend answered neither 1/OK nor 0/nil",
+                        format!("{reply:?}"),
+                    ))
+                })
+            });
+            match reply {
+                Ok(extended) => {
+                    if extended {
+                        extender.confirmed(&call, sent, ttl_ms);
+                    }
+                    break (extended, sent);
+                }
                 Err(e) if e.is_transient() && budget.left().is_some_and(|l| l > pause) => {
                     std::thread::sleep(pause);
                     pause = (pause * 2).min(MAX_RETRY_PAUSE);
@@ -1017,14 +1030,15 @@ const _: () = {
 };
 
 /// What the watchdog renews for a held lock: its token-checked extend.
-struct RenewHold {
-    keys: LockKeys,
-    token: String,
-}
+struct RenewHold(Arc<Extender>);
 
 impl Renew for RenewHold {
-    fn call(&self, ttl_ms: u64) -> Call {
-        extend_call(&self.keys, &self.token, ttl_ms)
+    fn call(&self, client: &Client, ttl_ms: u64) -> Call {
+        self.0.call(client, ttl_ms)
+    }
+
+    fn confirmed(&self, call: &Call, sent: Instant, ttl_ms: u64) {
+        self.0.confirmed(call, sent, ttl_ms);
     }
 }
 

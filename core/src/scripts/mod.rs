@@ -65,17 +65,34 @@ impl LuaScript {
         for k in keys {
             cmd.arg(*k);
         }
-        Call { script: self, cmd }
+        Call {
+            script: Some(self),
+            cmd,
+        }
     }
 }
 
-/// One prepared script invocation.
+/// One prepared script invocation, or a native command that stands in for
+/// one where the server has it (see `Call::native`).
 pub(crate) struct Call {
-    script: &'static LuaScript,
+    /// `None` for a native command.
+    script: Option<&'static LuaScript>,
     cmd: Cmd,
 }
 
 impl Call {
+    /// A plain command in place of a script (e.g. `SET … IFEQ` for the
+    /// extend script, on servers that have it): it runs the same way, in
+    /// batches too, and is never loaded.
+    pub(crate) fn native(cmd: Cmd) -> Self {
+        Self { script: None, cmd }
+    }
+
+    /// True for a script invocation, false for a native command.
+    pub(crate) fn is_script(&self) -> bool {
+        self.script.is_some()
+    }
+
     /// Appends an argument (ARGV).
     pub(crate) fn arg(mut self, a: impl ToRedisArgs) -> Self {
         self.cmd.arg(a);
@@ -90,12 +107,12 @@ impl Call {
 
     /// Runs the call, loading the script if the server does not know it.
     pub(crate) fn query<T: FromRedisValue>(&self, con: &mut dyn ConnectionLike) -> RedisResult<T> {
-        match self.cmd.query(con) {
-            Err(e) if is_noscript(&e) => {
-                self.script.script.load(con)?;
+        match (self.cmd.query(con), self.script) {
+            (Err(e), Some(lua)) if is_noscript(&e) => {
+                lua.script.load(con)?;
                 self.cmd.query(con)
             }
-            other => other,
+            (other, _) => other,
         }
     }
 
@@ -121,12 +138,12 @@ impl Call {
             let reply = replies.pop().unwrap_or(redis::Value::Nil);
             Ok(redis::from_redis_value(reply)?)
         };
-        match run(con) {
-            Err(e) if is_noscript(&e) => {
-                load(con, self.script)?;
+        match (run(con), self.script) {
+            (Err(e), Some(lua)) if is_noscript(&e) => {
+                load(con, lua)?;
                 run(con)
             }
-            other => other,
+            (other, _) => other,
         }
     }
 }
@@ -195,8 +212,8 @@ pub(crate) fn query_batch(conn: &mut Conn, calls: &[Call]) -> RedisResult<Vec<re
     };
     match run(conn) {
         Err(e) if is_noscript(&e) => {
-            for call in calls {
-                call.script.script.load(conn)?;
+            for lua in calls.iter().filter_map(|call| call.script) {
+                lua.script.load(conn)?;
             }
             run(conn)
         }
