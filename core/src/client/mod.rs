@@ -214,12 +214,13 @@ impl Client {
 
     /// On a new connection, while it is not known: asks the server whether
     /// it has `SET … IFEQ` (see [`Client::has_set_ifeq`]). A server that
-    /// refuses `INFO` (an ACL) is taken not to; a connection that fails
-    /// here fails the connect (nothing else was sent on it).
-    fn probe_set_ifeq(&self, conn: &mut Conn) -> redis::RedisResult<()> {
+    /// refuses `INFO` (an ACL) is taken not to. The reply is awaited within
+    /// `budget`, the connect's.
+    fn probe_set_ifeq(&self, conn: &mut Conn, budget: Budget) -> redis::RedisResult<()> {
         if self.inner.set_ifeq.load(Ordering::Acquire) != IFEQ_UNKNOWN {
             return Ok(());
         }
+        conn.fit_timeout(budget.cap(self.inner.config.command_timeout))?;
         if matches!(self.inner.backend, Backend::Cluster(_)) {
             self.inner.set_ifeq.store(IFEQ_NO, Ordering::Release);
             return Ok(());
@@ -395,17 +396,7 @@ impl Client {
             // The first reply of a new connection is not RESP: the peer is
             // not a Redis server (an HTTP server, a proxy's error page, a
             // TLS port spoken to in plain text), so nothing ran.
-            return Error::new(
-                ErrorKind::Connection,
-                format!(
-                    "{context}: connection error: the server at {} does not speak the Redis \
-                     protocol (its reply could not be read as one: {}); is the URL's host \
-                     and port those of a Redis server, and its scheme (redis:// or \
-                     rediss://) right?",
-                    self.redacted_url(),
-                    e.to_string().lines().next().unwrap_or_default()
-                ),
-            );
+            return self.not_redis(&e).context(context);
         }
         // A server error reply leaves the connection usable; anything else
         // (I/O, timeout, protocol) leaves it in an unknown state.
@@ -437,6 +428,20 @@ impl Client {
         } else {
             err
         }
+    }
+
+    /// The error of a new connection whose first reply (`e`) is not RESP.
+    fn not_redis(&self, e: &redis::RedisError) -> Error {
+        Error::new(
+            ErrorKind::Connection,
+            format!(
+                "connection error: the server at {} does not speak the Redis protocol (its \
+                 reply could not be read as one: {}); is the URL's host and port those of a \
+                 Redis server, and its scheme (redis:// or rediss://) right?",
+                self.redacted_url(),
+                e.to_string().lines().next().unwrap_or_default()
+            ),
+        )
     }
 
     /// A connection, whether it was pooled, and the pool's epoch when it
@@ -472,30 +477,51 @@ impl Client {
         let cfg = &self.inner.config;
         let ctx = cfg.redacted_url();
         let connect_timeout = budget.cap(cfg.connect_timeout);
-        let link = match &self.inner.backend {
-            Backend::Single(client) => open_link(client, cfg, connect_timeout),
-            Backend::Sentinel => {
-                let client = self.master_client()?;
-                open_link(&client, cfg, connect_timeout)
-            }
-            Backend::Cluster(client) => client.get_connection().map(|c| Link::Cluster(Box::new(c))),
-        };
-        link.map(|link| Conn::new(link, cfg.command_timeout))
-            .and_then(|mut conn| self.probe_set_ifeq(&mut conn).map(|()| conn))
-            .map_err(|e| {
-                if e.is_timeout() {
-                    Error::with_source(
-                        ErrorKind::Timeout,
-                        format!(
-                            "{ctx}: timed out: no connection within {}",
-                            which_timeout(connect_timeout, cfg.connect_timeout, "connect")
-                        ),
-                        e,
-                    )
-                } else {
-                    Error::from_redis(ctx, e)
+        let open = || -> Result<redis::RedisResult<Conn>> {
+            let link = match &self.inner.backend {
+                Backend::Single(client) => open_link(client, cfg, connect_timeout),
+                Backend::Sentinel => {
+                    let client = self.master_client()?;
+                    open_link(&client, cfg, connect_timeout)
                 }
-            })
+                Backend::Cluster(client) => {
+                    client.get_connection().map(|c| Link::Cluster(Box::new(c)))
+                }
+            };
+            Ok(link.map(|link| Conn::new(link, cfg.command_timeout)))
+        };
+        let conn = match open()? {
+            Ok(mut conn) => match self.probe_set_ifeq(&mut conn, budget) {
+                Ok(()) => Ok(conn),
+                // Not a Redis server, or one that does not answer: said below.
+                Err(e) if e.kind() == redis::ErrorKind::Parse || e.is_timeout() => Err(e),
+                // The probe's connection dropped: the caller's command was
+                // not sent; it goes on a new connection, and the next
+                // connection asks again.
+                Err(_) => {
+                    drop(conn);
+                    open()?
+                }
+            },
+            Err(e) => Err(e),
+        };
+        conn.map_err(|e| {
+            if e.kind() == redis::ErrorKind::Parse {
+                // The handshake's or the probe's reply is not RESP.
+                self.not_redis(&e)
+            } else if e.is_timeout() {
+                Error::with_source(
+                    ErrorKind::Timeout,
+                    format!(
+                        "{ctx}: timed out: no connection within {}",
+                        which_timeout(connect_timeout, cfg.connect_timeout, "connect")
+                    ),
+                    e,
+                )
+            } else {
+                Error::from_redis(ctx, e)
+            }
+        })
     }
 
     /// Sentinel: the client of the current master, asking the sentinels when
