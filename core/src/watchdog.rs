@@ -37,9 +37,14 @@ const RETRY_AFTER_ERROR: Duration = Duration::from_millis(200);
 
 /// What a [`Lease`] renews.
 pub(crate) trait Renew: Send + Sync {
-    /// The script call that sets the remaining time to `ttl_ms` if (and only
-    /// if) the hold is still ours; it answers 1 when renewed, 0 when not ours.
-    fn call(&self, ttl_ms: u64) -> Call;
+    /// The call (a script, or a native command where `client`'s server has
+    /// one) that sets the remaining time to `ttl_ms` if (and only if) the
+    /// hold is still ours; it answers 1 or OK when renewed, 0 or nil when
+    /// not ours.
+    fn call(&self, client: &Client, ttl_ms: u64) -> Call;
+
+    /// `call`, sent at `sent` with `ttl_ms`, renewed the hold.
+    fn confirmed(&self, _call: &Call, _sent: Instant, _ttl_ms: u64) {}
 
     /// The lock this renews, for the events of its renewals and its loss
     /// (`ops::events`); `None` (the default) reports nothing.
@@ -418,7 +423,7 @@ fn renew_batch(leases: Vec<Arc<Lease>>) -> Vec<(Arc<Lease>, Renewal)> {
     let calls: Vec<_> = leases
         .iter()
         .zip(&ttls)
-        .map(|(l, ttl_ms)| l.renew.call(*ttl_ms))
+        .map(|(l, ttl_ms)| l.renew.call(&client, *ttl_ms))
         .collect();
     let sent = Instant::now();
     let replies = client.run("lock renewal", |conn| scripts::query_batch(conn, &calls));
@@ -427,9 +432,11 @@ fn renew_batch(leases: Vec<Arc<Lease>>) -> Vec<(Arc<Lease>, Renewal)> {
             .into_iter()
             .zip(values)
             .zip(ttls)
-            .map(|((l, v), ttl_ms)| {
+            .zip(&calls)
+            .map(|(((l, v), ttl_ms), call)| {
                 let outcome = match v {
-                    redis::Value::Int(1) => {
+                    redis::Value::Int(1) | redis::Value::Okay => {
+                        l.renew.confirmed(call, sent, ttl_ms);
                         l.confirmed(sent, ttl_ms);
                         if l.ttl_ms.load(Ordering::Acquire) == ttl_ms {
                             Renewal::Done
@@ -437,7 +444,7 @@ fn renew_batch(leases: Vec<Arc<Lease>>) -> Vec<(Arc<Lease>, Renewal)> {
                             Renewal::Stale
                         }
                     }
-                    redis::Value::Int(0) => Renewal::Gone,
+                    redis::Value::Int(0) | redis::Value::Nil => Renewal::Gone,
                     other => Renewal::Failed(format!("unexpected reply {other:?}")),
                 };
                 (l, outcome)

@@ -9,12 +9,11 @@ use std::time::{Duration, Instant};
 use super::fence::{self, Fence};
 use super::waiter::{LockWaiter, Trail};
 use super::{
-    Abandon, DistributedLock, LockOptions, ReleaseHold, Tried, acquire_call, extend_call,
+    Abandon, DistributedLock, Extender, LockOptions, ReleaseHold, Tried, acquire_call, extend_call,
     not_owned, release_call,
 };
 use crate::budget::Budget;
 use crate::client::Client;
-use crate::client::conn::Link;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::{LockKeys, label, new_token};
 use crate::ops::LockRef;
@@ -65,6 +64,8 @@ struct Held {
     lease: Option<Arc<Lease>>,
     /// When it was taken (the hold time metric).
     since: Instant,
+    /// Its extends (shared with the watchdog's renewals).
+    extender: Arc<Extender>,
     /// Taken after waiting: others probably wait too, and the release will
     /// likely hand the lock over (see [`Lock::release_token`]).
     waited: bool,
@@ -165,10 +166,10 @@ impl Lock {
                 lock.not_owned("the token does not hold it (expired, released or taken over)")
             );
         }
+        let extender = Arc::new(Extender::new(lock.keys.clone(), token.to_owned()));
         let lease = lock.opts.auto_renew.then(|| {
             let renew = Box::new(RenewHold {
-                keys: lock.keys.clone(),
-                token: token.to_owned(),
+                extender: extender.clone(),
                 me: lock.me.clone(),
             });
             let lease = Lease::new(lock.client.clone(), renew, lock.opts.ttl);
@@ -185,6 +186,7 @@ impl Lock {
             depth: 1,
             lease,
             since: Instant::now(),
+            extender,
             waited: false,
             valid_until: sent + left,
             ttl: lock.opts.ttl,
@@ -340,10 +342,10 @@ impl Lock {
             self.confirm_replicas(&token, budget)?;
         }
         crate::ops::acquired(&self.me, started.elapsed());
+        let extender = Arc::new(Extender::new(self.keys.clone(), token.clone()));
         let lease = self.opts.auto_renew.then(|| {
             let renew = Box::new(RenewHold {
-                keys: self.keys.clone(),
-                token: token.clone(),
+                extender: extender.clone(),
                 me: self.me.clone(),
             });
             let lease = Lease::new(self.client.clone(), renew, self.opts.ttl);
@@ -361,6 +363,7 @@ impl Lock {
             depth: 1,
             lease,
             since: Instant::now(),
+            extender,
             waited,
             valid_until: sent + self.opts.ttl,
             ttl: self.opts.ttl,
@@ -637,8 +640,8 @@ impl Lock {
         let call = release_call(&self.keys, token);
         let released: i64 = self
             .client
-            .run_noting(budget, &self.label, maybe_ran, |c| match c.link() {
-                Link::Single(con) if hand_over => call.query_behind_ping(con),
+            .run_noting(budget, &self.label, maybe_ran, |c| match c.single() {
+                Some(con) if hand_over => call.query_behind_ping(con),
                 _ => call.query(c),
             })?;
         Ok(released == 1)
@@ -830,23 +833,36 @@ impl Lock {
             Some(ttl) => validate::lifetime(ttl, "ttl")?,
             None => self.opts.ttl,
         };
-        let token = {
+        let (token, extender) = {
             let mut st = self.state.lock_unpoisoned();
             match st.held_here() {
-                Some(h) => h.token.clone(),
+                Some(h) => (h.token.clone(), h.extender.clone()),
                 None => return Err(self.not_held(&st)),
             }
         };
-        let call = extend_call(&self.keys, &token, validate::millis(ttl));
+        let ttl_ms = validate::millis(ttl);
         let budget = self.client.one_call();
         let mut pause = FIRST_RETRY_PAUSE;
         let (extended, sent) = loop {
+            let call = extender.call(&self.client, ttl_ms);
             let sent = Instant::now();
-            match self
-                .client
-                .run_within(budget, &self.label, |c| call.query::<i64>(c))
-            {
-                Ok(n) => break (n == 1, sent),
+            let reply = self.client.run_within(budget, &self.label, |c| {
+                let reply: redis::Value = call.query(c)?;
+                Extender::answer(&reply).ok_or_else(|| {
+                    redis::RedisError::from((
+                        redis::ErrorKind::UnexpectedReturnType,
+                        "an extend answered neither 1/OK nor 0/nil",
+                        format!("{reply:?}"),
+                    ))
+                })
+            });
+            match reply {
+                Ok(extended) => {
+                    if extended {
+                        extender.confirmed(&call, sent, ttl_ms);
+                    }
+                    break (extended, sent);
+                }
                 Err(e) if e.is_transient() && budget.left().is_some_and(|l| l > pause) => {
                     std::thread::sleep(pause);
                     pause = (pause * 2).min(MAX_RETRY_PAUSE);
@@ -1065,14 +1081,17 @@ const _: () = {
 
 /// What the watchdog renews for a held lock: its token-checked extend.
 struct RenewHold {
-    keys: LockKeys,
-    token: String,
+    extender: Arc<Extender>,
     me: LockRef,
 }
 
 impl Renew for RenewHold {
-    fn call(&self, ttl_ms: u64) -> Call {
-        extend_call(&self.keys, &self.token, ttl_ms)
+    fn call(&self, client: &Client, ttl_ms: u64) -> Call {
+        self.extender.call(client, ttl_ms)
+    }
+
+    fn confirmed(&self, call: &Call, sent: Instant, ttl_ms: u64) {
+        self.extender.confirmed(call, sent, ttl_ms);
     }
 
     fn about(&self) -> Option<&LockRef> {

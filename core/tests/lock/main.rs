@@ -8,6 +8,7 @@ mod common;
 mod basic;
 mod faults;
 mod fencing;
+mod native;
 mod replicas;
 mod restore;
 mod waiting;
