@@ -113,9 +113,27 @@ fn redis_down_is_a_connection_error_within_the_timeout() {
     assert!(err.is_connection(), "{err}");
     assert!(err.to_string().contains("lock \"x\""), "{err}");
     assert!(start.elapsed() < Duration::from_secs(2));
-    // A blocking acquire fails the same way instead of hanging.
-    let err = l.acquire(Wait::Forever, None).unwrap_err();
-    assert!(err.is_connection());
+    // A blocking acquire rides the outage out until its deadline, then
+    // fails the same way, saying for how long it tried.
+    let start = Instant::now();
+    let err = l
+        .acquire(Wait::For(Duration::from_millis(800)), None)
+        .unwrap_err();
+    assert!(err.is_connection(), "{err}");
+    assert!(err.to_string().contains("gave up after"), "{err}");
+    assert!(start.elapsed() >= Duration::from_millis(800));
+    assert!(start.elapsed() < Duration::from_millis(800) + Duration::from_secs(2));
+    // Waiting forever means forever: only the interrupt hook ends it.
+    let start = Instant::now();
+    let hook = || -> ferrolock::Result<()> {
+        if start.elapsed() > Duration::from_millis(600) {
+            Err(ferrolock::wait::interrupted("test"))
+        } else {
+            Ok(())
+        }
+    };
+    let err = l.acquire(Wait::Forever, Some(&hook)).unwrap_err();
+    assert!(err.is_interrupted(), "{err}");
     // Unroutable address: the connect timeout bounds it.
     let c =
         Client::new(Config::from_url("redis://10.255.255.1:6379/0?connect_timeout=0.3").unwrap())

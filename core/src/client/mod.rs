@@ -7,7 +7,8 @@
 //! knows of it), `pool.rs` (idle connections and that knowledge, under one
 //! mutex), this file (the [`Client`]: running a command on a pooled
 //! connection, with one retry when a reused connection turns out dead), and
-//! `subscriber.rs` (connections for pub/sub waits, on the right node).
+//! `subscriber.rs` (the wait hub's side of the client: its subscription
+//! connections, on the right node).
 
 pub(crate) mod conn;
 mod pool;
@@ -243,7 +244,14 @@ impl Client {
                 if budget.is_spent() {
                     return Err(self.spent(context));
                 }
-                let mut fresh = self.connect(budget).map_err(|e| e.context(context))?;
+                // The dead connection's place in the pool goes to the new one.
+                let mut fresh = match self.connect(budget) {
+                    Ok(fresh) => fresh,
+                    Err(e) => {
+                        self.inner.pool.discard();
+                        return Err(e.context(context));
+                    }
+                };
                 match self.round_trip(&mut fresh, budget, &mut op) {
                     Ok(v) => {
                         self.inner.pool.put(fresh, epoch);
@@ -287,6 +295,8 @@ impl Client {
         // (I/O, timeout, protocol) leaves it in an unknown state.
         let unknown = may_have_run(&e);
         if e.is_io_error() || e.is_timeout() || e.is_unrecoverable_error() || is_failover(&e) {
+            drop(conn);
+            self.inner.pool.discard();
             self.forget_topology(&e);
         } else {
             self.inner.pool.put(conn, epoch);
@@ -300,14 +310,21 @@ impl Client {
     }
 
     /// A connection, whether it was pooled, and the pool's epoch when it
-    /// was taken (for [`Pool::put`]).
+    /// was taken (for [`Pool::put`]). Waits within `budget` while the pool
+    /// has all the connections it may open in use (see `pool.rs`).
     fn checkout(&self, budget: Budget) -> Result<(Conn, bool, u64)> {
         if matches!(self.inner.backend, Backend::Sentinel) {
             self.master_client()?; // re-asks the sentinels once their answer is old
         }
-        match self.inner.pool.take() {
+        match self.inner.pool.take(budget, self.redacted_url())? {
             (Some(conn), epoch) => Ok((conn, true, epoch)),
-            (None, epoch) => Ok((self.connect(budget)?, false, epoch)),
+            (None, epoch) => match self.connect(budget) {
+                Ok(conn) => Ok((conn, false, epoch)),
+                Err(e) => {
+                    self.inner.pool.discard();
+                    Err(e)
+                }
+            },
         }
     }
 

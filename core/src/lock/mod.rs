@@ -17,11 +17,14 @@ pub(crate) mod redlock;
 pub(crate) mod single;
 mod waiter;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use crate::budget::Budget;
+use crate::client::Client;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::{DEFAULT_LOCK_PREFIX, LockKeys};
 use crate::scripts::{Call, LOCK_ACQUIRE, LOCK_EXTEND, LOCK_LEAVE, LOCK_RELEASE};
+use crate::settle::Settlement;
 use crate::wait::{self, Interrupt, Wait};
 
 /// Default lock TTL.
@@ -179,6 +182,68 @@ pub(crate) fn leave_call(
         .arg(token)
         .arg(if give_back { "1" } else { "0" })
         .arg(&k.channel)
+}
+
+/// A token given up by its caller (its wait timed out without the server
+/// answering, was interrupted, or an attempt's reply was lost): whatever
+/// it holds or may still be handed is given back. One run of the leave
+/// script with `give_back`: it drops the waiter registration `waiter` (if
+/// any) and, if the key holds the token, releases it, handing the lock to
+/// the next waiter. Idempotent; nothing is left to do once `horizon` has
+/// passed (the registration's lease and then the hold's TTL have run out).
+pub(crate) struct Abandon {
+    client: Client,
+    keys: LockKeys,
+    label: String,
+    token: String,
+    waiter: String,
+    ttl_ms: u64,
+    horizon: Instant,
+}
+
+impl Abandon {
+    /// The abandonment of `token` (registered as `waiter`, if given), which
+    /// can matter for `within` from now.
+    pub(crate) fn new(
+        client: &Client,
+        keys: &LockKeys,
+        label: &str,
+        token: &str,
+        waiter: Option<&str>,
+        ttl_ms: u64,
+        within: Duration,
+    ) -> Self {
+        Self {
+            client: client.clone(),
+            keys: keys.clone(),
+            label: label.to_owned(),
+            token: token.to_owned(),
+            waiter: waiter.unwrap_or_default().to_owned(),
+            ttl_ms,
+            horizon: Instant::now() + within,
+        }
+    }
+}
+
+impl Settlement for Abandon {
+    fn settle(&self, budget: Budget) -> Result<()> {
+        let call = leave_call(&self.keys, &self.waiter, &self.token, self.ttl_ms, true);
+        self.client
+            .run_within(budget, &self.label, |c| call.query::<Vec<i64>>(c))
+            .map(drop)
+    }
+
+    fn horizon(&self) -> Instant {
+        self.horizon
+    }
+
+    fn describe(&self) -> String {
+        format!("abandoned acquire of {}", self.label)
+    }
+
+    fn client_id(&self) -> *const () {
+        self.client.pool_id()
+    }
 }
 
 /// A release or extend refused: `label` is not held by this owner (`why`).

@@ -108,7 +108,13 @@ impl Lock {
         }
         let token = new_token();
         let mut waited = false;
-        let fence: Option<Fence> = match self.first_attempt(&token, wait)? {
+        let first = match self.first_attempt(&token, wait) {
+            // A wait rides out faults: its scripted attempts (same token)
+            // take over, and recognise a hold the lost reply may have taken.
+            Err(e) if wait != Wait::Try && e.is_transient() => None,
+            first => first?,
+        };
+        let fence: Option<Fence> = match first {
             Some(fence) => Some(fence),
             None if wait == Wait::Try => None,
             None => {

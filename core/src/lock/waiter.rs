@@ -1,10 +1,13 @@
 //! One acquire of a [`Lock`](super::single::Lock): its scripted attempts, and
 //! the wait between them that [`wait::wait_loop`] drives.
 
-use super::{Tried, acquire_call, leave_call};
+use std::time::Duration;
+
+use super::{Abandon, Tried, acquire_call, leave_call};
 use crate::client::Client;
 use crate::error::Result;
 use crate::keys::LockKeys;
+use crate::settle::Settlement;
 use crate::wait::{self, Attempt, Leaving};
 
 /// One acquire with `token` of the lock whose keys are `keys`.
@@ -41,12 +44,9 @@ impl wait::Waiting for LockWaiter<'_> {
         })
     }
 
-    /// The release script handed the lock over: `g:<fencing token>`.
-    fn granted(&self, message: &[u8]) -> Option<i64> {
-        std::str::from_utf8(message.strip_prefix(b"g:")?)
-            .ok()?
-            .parse()
-            .ok()
+    /// The release script handed the lock over, with this fencing token.
+    fn granted(&self, fence: i64) -> Option<i64> {
+        Some(fence)
     }
 
     fn leave(&self, waiter: &str, how: Leaving) -> Result<Option<i64>> {
@@ -57,5 +57,20 @@ impl wait::Waiting for LockWaiter<'_> {
             [1, fence] => Some(*fence),
             _ => None,
         })
+    }
+
+    /// Gives back what the token may hold (a hand-over to the waiter, an
+    /// attempt whose reply was lost) and drops the registration.
+    fn abandon(&self, waiter: &str) -> Option<Box<dyn Settlement>> {
+        let until = Duration::from_millis(self.lease_ms + self.ttl_ms);
+        Some(Box::new(Abandon::new(
+            self.client,
+            self.keys,
+            self.label,
+            self.token,
+            Some(waiter),
+            self.ttl_ms,
+            until,
+        )))
     }
 }

@@ -51,13 +51,35 @@ local function heal_orphan(key, ttl_ms)
 end
 
 -- Waiters: `waiters` orders them by arrival (score = µs), `leases` holds the
--- deadline (ms) by which each must check in again. A member is `<id>` (queue
--- consumers) or `<id>|<ttl_ms>|<token>` (lock waiters: enough to hand the lock
--- over). A waiter listens on its own channel `<channel><id>`, so a wake-up
--- costs one PUBLISH to one subscriber, however many wait.
+-- deadline (ms) by which each must check in again. A member is
+-- `<hub>:<id>` (queue consumers) or `<hub>:<id>|<ttl_ms>|<token>` (lock
+-- waiters: enough to hand the lock over). `<hub>` names the waiter's
+-- process, which listens on one channel for all its waiters (see
+-- wait/hub.rs in the Rust crate): `fl:w:<hub>`, or, when `<hub>` starts with
+-- `s` (a Cluster with sharded pub/sub), `{t}fl:w:<hub>` in the slot of the
+-- keys. `channel` is `{t}fl:w:` (the scripts' channel argument).
 
-local function channel_of(channel, member)
-  return channel .. string.match(member, '^[^|]*')
+-- The channel of `member`'s process, its waiter id, and whether the channel
+-- is sharded; nil for a member of another form.
+local function waiter_channel(channel, member)
+  local hub, id = string.match(member, '^([^:|]+):([^|]+)')
+  if not hub then return nil end
+  if string.sub(hub, 1, 1) == 's' then
+    return channel .. hub, id, true
+  end
+  return string.gsub(channel, '^{[^}]*}', '') .. hub, id, false
+end
+
+-- Publishes `message` on a waiter's channel; how many processes heard it.
+local function notify(ch, sharded, message)
+  if sharded then return redis.call('SPUBLISH', ch, message) end
+  return redis.call('PUBLISH', ch, message)
+end
+
+-- True when a process listens on the waiter channel `ch` on this server.
+local function listening(ch, sharded)
+  if sharded then return redis.call('PUBSUB', 'SHARDNUMSUB', ch)[2] > 0 end
+  return redis.call('PUBSUB', 'NUMSUB', ch)[2] > 0
 end
 
 -- Drops waiters whose lease ran out (their process stopped checking in).
@@ -95,9 +117,10 @@ end
 
 -- Wakes up to `n` of the oldest waiters (other than `skip`) and takes them
 -- off the list: a woken consumer registers again if it finds nothing, so the
--- next wake-up goes to someone else. PUBLISH answers how many clients heard
--- it; 0 means that waiter's connection is gone, so it is dropped and the next
--- one is tried.
+-- next wake-up goes to someone else. `w:<id>` goes to the waiter's process;
+-- PUBLISH answers how many processes heard it: 0 means that process is gone
+-- (or no longer listens here), so the waiter is dropped and the next one
+-- tried.
 local function wake_waiters(waiters, leases, channel, n, skip)
   local woken, offset, budget = 0, 0, n + 16
   while woken < n and budget > 0 do
@@ -107,7 +130,8 @@ local function wake_waiters(waiters, leases, channel, n, skip)
     if member == skip then
       offset = offset + 1
     else
-      if redis.call('PUBLISH', channel_of(channel, member), 'w') > 0 then
+      local ch, id, sharded = waiter_channel(channel, member)
+      if ch and notify(ch, sharded, 'w:' .. id) > 0 then
         woken = woken + 1
       end
       remove_waiter(waiters, leases, member)
@@ -156,13 +180,13 @@ local function next_fence(fence, ttl_ms, now)
 end
 
 -- Hands a free lock straight to the oldest live waiter: sets the key to its
--- token and publishes 'g:<fence>' on its channel, so it holds the lock the
--- moment it reads the message (no second round trip). A waiter is live when
--- its lease has not run out (expired ones are pruned first) and it listens on
--- this node: PUBSUB NUMSUB is checked before publishing, because a PUBLISH
--- also travels to replicas and other cluster nodes, where a stale
--- subscription of the same waiter must not read a grant that was never made.
--- Dead waiters are dropped. `now` (µs) is read from the server clock when not
+-- token and publishes 'g:<id>:<fence>' on its process's channel, so it holds
+-- the lock the moment it reads the message (no second round trip). A waiter
+-- is live when its lease has not run out (expired ones are pruned first) and
+-- its process listens on this node: PUBSUB NUMSUB (SHARDNUMSUB) is checked
+-- before publishing, because a PUBLISH also travels to replicas and other
+-- cluster nodes, where a stale subscription of the same process must not
+-- read a grant that was never made. Dead waiters are dropped. `now` (µs) is read from the server clock when not
 -- given, and only when someone waits: a release without waiters stays short.
 -- Returns the member granted, or nil (the caller then frees the lock).
 local function grant_next(lock, fence, waiters, leases, channel, now)
@@ -175,11 +199,12 @@ local function grant_next(lock, fence, waiters, leases, channel, now)
   for _ = 1, 64 do
     if not member then return nil end
     remove_waiter(waiters, leases, member)
-    local id, ttl, token = string.match(member, '^([^|]*)|(%d+)|(.*)$')
-    if id and redis.call('PUBSUB', 'NUMSUB', channel .. id)[2] > 0 then
+    local ttl, token = string.match(member, '^[^|]*|(%d+)|(.*)$')
+    local ch, id, sharded = waiter_channel(channel, member)
+    if ttl and ch and listening(ch, sharded) then
       local f = next_fence(fence, tonumber(ttl), now)
       redis.call('SET', lock, token, 'PX', ttl)
-      redis.call('PUBLISH', channel .. id, 'g:' .. f)
+      notify(ch, sharded, 'g:' .. id .. ':' .. f)
       return member
     end
     member = redis.call('ZRANGE', waiters, '0', '0')[1]

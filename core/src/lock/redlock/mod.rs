@@ -147,13 +147,14 @@ impl Redlock {
                 Some(w) => w.listening(),
                 None => vec![false; self.masters.clients().len()],
             };
-            let id = waiter
-                .as_ref()
-                .map(|w| w.id().to_owned())
-                .unwrap_or_default();
+            let members = waiter.as_ref().map(Waiter::members).unwrap_or_default();
             let (k, label, owner) = (self.keys.clone(), self.label.clone(), token.to_string());
             let replies = self.masters.on_each(move |i, c| {
-                let waiter = if listening[i] { id.as_str() } else { "" };
+                let waiter = if listening[i] {
+                    members[i].as_str()
+                } else {
+                    ""
+                };
                 let call = acquire_call(&k, &owner, ttl_ms, waiter, false, lease_ms);
                 call.run::<Tried>(c, &label)
             });
