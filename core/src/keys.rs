@@ -11,6 +11,8 @@
 //! {t}Lock:<name>:fence          string  last fencing token issued
 //! {t}Lock:<name>:waiters        zset    waiter id -> arrival (µs)      FIFO order
 //! {t}Lock:<name>:leases         zset    waiter id -> lease deadline    dead-waiter pruning
+//! {t}Lock:<name>:legacy         string  exists while legacy pollers have their turn
+//! {t}Lock:<name>:legacy_next    string  server time (ms) of the next such turn
 //! Queue:<name>                  zset    task id -> due time (unix s)   (legacy layout)
 //! Lock:Queue:<name>             string  legacy queue lock, never taken (legacy layout)
 //! {t}Queue:<name>:inflight      zset    task id -> visibility deadline
@@ -124,6 +126,10 @@ pub(crate) struct LockKeys {
     pub waiters: Vec<u8>,
     /// Waiter lease deadlines.
     pub leases: Vec<u8>,
+    /// Exists while legacy pollers have their turn (legacy interop).
+    pub legacy_turn: Vec<u8>,
+    /// When the next legacy pollers' turn may start.
+    pub legacy_next: Vec<u8>,
     /// Prefix of the wake-up channels of its waiters' processes (`{t}fl:w:`;
     /// the scripts drop the `{t}` unless the channel is sharded).
     pub channel: Vec<u8>,
@@ -137,6 +143,8 @@ impl LockKeys {
             fence: join(&aux, b"fence"),
             waiters: join(&aux, b"waiters"),
             leases: join(&aux, b"leases"),
+            legacy_turn: join(&aux, b"legacy"),
+            legacy_next: join(&aux, b"legacy_next"),
             channel: wake_prefix(&lock),
             lock,
         }
@@ -234,7 +242,13 @@ mod tests {
         ] {
             let k = LockKeys::new(b"Lock:", name);
             let s = slot_of(&k.lock);
-            for aux in [&k.fence, &k.waiters, &k.leases] {
+            for aux in [
+                &k.fence,
+                &k.waiters,
+                &k.leases,
+                &k.legacy_turn,
+                &k.legacy_next,
+            ] {
                 assert_eq!(slot_of(aux), s, "{:?}", String::from_utf8_lossy(aux));
             }
             let q = QueueKeys::new(b"Queue:", b"Lock:", name);

@@ -250,11 +250,17 @@ def test_connection_error_is_clear_and_bounded(name):
     lock = Lock(name, url=f"redis://127.0.0.1:{free_port()}/0?connect_timeout=0.5")
     start = time.monotonic()
     with pytest.raises(ferrolock.ConnectionError) as info:
-        lock.acquire()
+        lock.acquire(blocking=False)
     assert isinstance(info.value, ConnectionError)
     assert isinstance(info.value, ferrolock.FerrolockError)
     assert name in str(info.value)
     assert time.monotonic() - start < 2
+    # A wait keeps trying until its timeout, then says for how long it did.
+    start = time.monotonic()
+    with pytest.raises(ferrolock.ConnectionError, match="gave up after") as info:
+        lock.acquire(timeout=1)
+    assert name in str(info.value)
+    assert 1 <= time.monotonic() - start < 3
 
 
 def test_repr_and_properties(url, name):

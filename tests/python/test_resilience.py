@@ -24,12 +24,19 @@ def test_redis_restart_fails_fast_then_recovers_with_the_same_objects():
         lock.release()
         queue.enqueue("a")
         server.stop()
-        for op in (lambda: lock.acquire(blocking=False), lambda: lock.acquire(timeout=5),
-                   queue.pop, lambda: queue.enqueue("b"), lambda: len(queue)):
+        for op in (lambda: lock.acquire(blocking=False), queue.pop, lambda: queue.enqueue("b"),
+                   lambda: len(queue)):
             start = time.monotonic()
             with pytest.raises(ferrolock.ConnectionError):
                 op()
             assert time.monotonic() - start < 3, "bounded by the configured timeouts"
+        # A wait keeps trying until its timeout (the server may come back),
+        # then fails saying so: within the timeout plus one command timeout.
+        for op in (lambda: lock.acquire(timeout=1.5), lambda: queue.pop(wait=1.5)):
+            start = time.monotonic()
+            with pytest.raises(ferrolock.ConnectionError, match="gave up after"):
+                op()
+            assert 1.5 <= time.monotonic() - start < 1.5 + 1 + 1
         server.start()
         assert lock.acquire(blocking=False)
         lock.release()

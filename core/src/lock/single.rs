@@ -6,7 +6,10 @@ use std::time::{Duration, Instant};
 
 use super::fence::{self, Fence};
 use super::waiter::LockWaiter;
-use super::{DistributedLock, LockOptions, Tried, extend_call, not_owned, release_call};
+use super::{
+    DistributedLock, LockOptions, Tried, extend_call, legacy, not_owned, release_call,
+    release_call_with_turns,
+};
 use crate::budget::Budget;
 use crate::client::Client;
 use crate::client::conn::Link;
@@ -188,7 +191,11 @@ impl Lock {
     /// lock always needs the script (waiters go first), and so does one with
     /// `min_replicas`: its `WAIT` must cover the token's write too.
     fn first_attempt(&self, token: &str, wait: Wait) -> Result<Option<Fence>> {
-        if !self.opts.fair && self.opts.min_replicas == 0 && !fence::is_read(&self.keys.lock) {
+        if !self.opts.fair
+            && self.opts.min_replicas == 0
+            && !fence::is_read(&self.keys.lock)
+            && !legacy::is_open(&self.keys.lock)
+        {
             let mut set = redis::cmd("SET");
             set.arg(&self.keys.lock)
                 .arg(token)
@@ -219,6 +226,7 @@ impl Lock {
             ttl_ms: validate::millis(self.opts.ttl),
             fair: self.opts.fair,
             lease_ms: validate::millis(wait::lease_for(self.opts.recheck)),
+            legacy: self.opts.legacy_turns().is_some(),
         }
     }
 
@@ -261,12 +269,20 @@ impl Lock {
     ///
     /// [`Call::query_behind_ping`]: crate::scripts::Call::query_behind_ping
     fn release_token(&self, token: &str, hand_over: bool) -> Result<bool> {
-        let call = release_call(&self.keys, token);
+        let turns = self.opts.legacy_turns();
+        let call = match turns {
+            Some(turns) => release_call_with_turns(&self.keys, token, turns),
+            None => release_call(&self.keys, token),
+        };
         let released: i64 = self.client.run(&self.label, |c| match c.link() {
             Link::Single(con) if hand_over => call.query_behind_ping(con),
             _ => call.query(c),
         })?;
-        Ok(released == 1)
+        if let (2, Some(turns)) = (released, turns) {
+            // Legacy pollers' turn: our own next acquire must respect it.
+            legacy::opened(&self.keys.lock, turns);
+        }
+        Ok(released >= 1)
     }
 
     /// Releases the lock. Fails with [`ErrorKind::NotOwned`] when this object

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{Abandon, Tried, acquire_call, leave_call};
+use super::{Abandon, Tried, acquire_call, leave_call, legacy};
 use crate::client::Client;
 use crate::error::Result;
 use crate::keys::LockKeys;
@@ -22,15 +22,28 @@ pub(super) struct LockWaiter<'a> {
     pub fair: bool,
     /// The lease of its registration as a waiter.
     pub lease_ms: u64,
+    /// Legacy interop is on: attempts respect legacy pollers' turns.
+    pub legacy: bool,
 }
 
 impl LockWaiter<'_> {
     /// One run of the acquire script, registering as `waiter` while the
-    /// lock is busy (`""`: not).
+    /// lock is busy (`""`: not). With legacy interop on, a waiting attempt
+    /// (and any attempt while this process knows of a turn) respects legacy
+    /// pollers' turns.
     pub(super) fn attempt_as(&self, waiter: &str) -> Result<Tried> {
         let k = self.keys;
-        acquire_call(k, self.token, self.ttl_ms, waiter, self.fair, self.lease_ms)
-            .run(self.client, self.label)
+        let turn = self.legacy && (!waiter.is_empty() || legacy::is_open(&k.lock));
+        acquire_call(
+            k,
+            self.token,
+            self.ttl_ms,
+            waiter,
+            self.fair,
+            self.lease_ms,
+            turn,
+        )
+        .run(self.client, self.label)
     }
 }
 

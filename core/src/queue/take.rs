@@ -90,10 +90,13 @@ impl Queue {
             })?;
             parse_take(&reply, mode).map_err(|e| e.context(&self.label))
         };
-        match attempt("")? {
-            Taken::Tasks(tasks) => return Ok(tasks),
-            Taken::Empty(_) if wait == Wait::Try => return Ok(Vec::new()),
-            Taken::Empty(_) => {}
+        match attempt("") {
+            Ok(Taken::Tasks(tasks)) => return Ok(tasks),
+            Ok(Taken::Empty(_)) if wait == Wait::Try => return Ok(Vec::new()),
+            Ok(Taken::Empty(_)) => {}
+            // A wait rides out faults until its deadline (see `wait`).
+            Err(e) if wait != Wait::Try && e.is_transient() => {}
+            Err(e) => return Err(e),
         }
         let spec = WaitSpec {
             deadline,

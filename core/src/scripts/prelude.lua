@@ -212,6 +212,38 @@ local function grant_next(lock, fence, waiters, leases, channel, now)
   return nil
 end
 
+-- Wakes the oldest live waiter to re-check, leaving it in its place in the
+-- line (a dead one, whose process no longer listens, is dropped and the
+-- next tried).
+local function nudge_oldest(waiters, leases, channel)
+  for _ = 1, 16 do
+    local member = redis.call('ZRANGE', waiters, '0', '0')[1]
+    if not member then return end
+    local ch, id, sharded = waiter_channel(channel, member)
+    if ch and notify(ch, sharded, 'w:' .. id) > 0 then return end
+    remove_waiter(waiters, leases, member)
+  end
+end
+
+-- Legacy pollers' turns. A legacy client (SETNX, then sleep one poll
+-- interval) never gets a lock that releases hand straight from one waiter
+-- to the next: the key is never free when it looks. While legacy interop is
+-- on, a release under sustained contention leaves the key free instead, for
+-- a little over one poll interval (`window_ms`), at most once per
+-- `every_ms`: `win` exists while the turn lasts (ferrolock attempts treat
+-- the free key as busy until then), and `nxt` holds the server time (ms)
+-- before which no new turn starts. `nxt` lives 2 * every_ms, so a turn only
+-- comes after contention that lasted `every_ms`.
+-- Returns true when this release starts a turn.
+local function legacy_turn(win, nxt, now_ms, window_ms, every_ms)
+  local at = redis.call('GET', nxt)
+  if at and now_ms < tonumber(at) then return false end
+  redis.call('SET', nxt, digits(now_ms + every_ms), 'PX', digits(every_ms * 2))
+  if not at then return false end
+  redis.call('SET', win, '1', 'PX', digits(window_ms))
+  return true
+end
+
 -- Legacy PHP clients hold `Lock:Queue:<name>` around their multi-step queue
 -- operations. Returns its PTTL when held (our caller then waits), nil when free.
 local function legacy_queue_lock(key, check)

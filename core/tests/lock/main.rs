@@ -8,5 +8,6 @@ mod common;
 mod basic;
 mod faults;
 mod fencing;
+mod legacy;
 mod waiting;
 mod watchdog;

@@ -155,7 +155,7 @@ impl Redlock {
                 } else {
                     ""
                 };
-                let call = acquire_call(&k, &owner, ttl_ms, waiter, false, lease_ms);
+                let call = acquire_call(&k, &owner, ttl_ms, waiter, false, lease_ms, false);
                 call.run::<Tried>(c, &label)
             });
             let elapsed = start.elapsed();
