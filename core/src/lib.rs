@@ -56,6 +56,7 @@ pub use error::{Error, ErrorKind, Result};
 pub use keys::{DEFAULT_LOCK_PREFIX, DEFAULT_QUEUE_PREFIX, new_token};
 pub use lock::redlock::Redlock;
 pub use lock::single::Lock;
+pub use lock::waiter::AcquireSteps;
 pub use lock::{DEFAULT_TTL, DistributedLock, LockOptions};
 pub use queue::{DEFAULT_LEGACY_LOCK_TIMEOUT, DEFAULT_VISIBILITY, Queue, QueueOptions, Task};
 pub use settle::{pending_settlements, wait_settled};

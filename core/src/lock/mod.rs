@@ -16,7 +16,7 @@ pub(crate) mod fence;
 pub(crate) mod legacy;
 pub(crate) mod redlock;
 pub(crate) mod single;
-mod waiter;
+pub(crate) mod waiter;
 
 use std::time::{Duration, Instant};
 

@@ -103,10 +103,7 @@ impl Lock {
     /// plain `SET NX PX`, which draws no fencing token:
     /// [`Lock::fencing_token`] draws it when first read.
     pub fn acquire(&self, wait: Wait, interrupt: Option<Interrupt<'_>>) -> Result<bool> {
-        if self.opts.reentrant
-            && let Some(h) = self.state.lock_unpoisoned().held_here()
-        {
-            h.depth += 1;
+        if self.reenter() {
             return Ok(true);
         }
         let token = new_token();
@@ -142,6 +139,29 @@ impl Lock {
         let Some(fence) = fence else {
             return Ok(false);
         };
+        self.take_hold(token, fence, waited)
+    }
+
+    /// What a wait on this lock needs: its client, keys and label.
+    pub(super) fn wait_parts(&self) -> (&Client, &LockKeys, &str) {
+        (&self.client, &self.keys, &self.label)
+    }
+
+    /// A reentrant lock held by this object counts one more acquire (true).
+    pub(super) fn reenter(&self) -> bool {
+        if self.opts.reentrant
+            && let Some(h) = self.state.lock_unpoisoned().held_here()
+        {
+            h.depth += 1;
+            return true;
+        }
+        false
+    }
+
+    /// The acquire with `token` succeeded (with `fence`, if drawn; `waited`:
+    /// after waiting): confirm on replicas if asked, start renewing, and
+    /// record the hold.
+    pub(super) fn take_hold(&self, token: String, fence: Fence, waited: bool) -> Result<bool> {
         if self.opts.min_replicas > 0 {
             self.confirm_replicas(&token)?;
         }
@@ -190,7 +210,7 @@ impl Lock {
     /// one; orphans would otherwise block try-once callers forever). A fair
     /// lock always needs the script (waiters go first), and so does one with
     /// `min_replicas`: its `WAIT` must cover the token's write too.
-    fn first_attempt(&self, token: &str, wait: Wait) -> Result<Option<Fence>> {
+    pub(super) fn first_attempt(&self, token: &str, wait: Wait) -> Result<Option<Fence>> {
         if !self.opts.fair
             && self.opts.min_replicas == 0
             && !fence::is_read(&self.keys.lock)
@@ -217,7 +237,7 @@ impl Lock {
     }
 
     /// The attempts and waits of one acquire with `token`.
-    fn waiter<'a>(&'a self, token: &'a str) -> LockWaiter<'a> {
+    pub(super) fn waiter<'a>(&'a self, token: &'a str) -> LockWaiter<'a> {
         LockWaiter {
             client: &self.client,
             keys: &self.keys,

@@ -9,5 +9,6 @@ mod basic;
 mod faults;
 mod fencing;
 mod legacy;
+mod steps;
 mod waiting;
 mod watchdog;
