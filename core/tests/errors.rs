@@ -256,3 +256,35 @@ fn a_server_refusing_writes_fails_the_acquire_with_its_error() {
     // Reads still work, and the holder keeps its lock.
     assert!(holder.locked().unwrap());
 }
+
+/// An ACL that does not let the client listen on its wake-up channel fails
+/// a wait at once, naming the refusal, instead of waiting out its timeout.
+#[test]
+fn a_wait_refused_its_wake_up_channel_says_so_at_once() {
+    let server = RedisServer::start();
+    let mut admin = server.conn();
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("app")
+        .arg(&["on", ">pw", "~*", "resetchannels", "+@all"][..])
+        .query(&mut admin)
+        .unwrap();
+    let c = Client::new(
+        Config::from_url(&format!("redis://app:pw@127.0.0.1:{}/0", server.port())).unwrap(),
+    )
+    .unwrap();
+    let holder = Lock::new(&c, b"x", LockOptions::default()).unwrap();
+    assert!(holder.try_acquire().unwrap());
+    let waiter = Lock::new(&c, b"x", LockOptions::default()).unwrap();
+    let start = Instant::now();
+    let err = waiter
+        .acquire(Wait::For(Duration::from_secs(10)), None)
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Auth, "{err}");
+    assert!(err.to_string().to_lowercase().contains("noperm"), "{err}");
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        start.elapsed()
+    );
+}

@@ -152,10 +152,10 @@ def test_password_and_wrong_password():
 
 ACL_RULES = [
     "on", ">app-pass", "resetkeys", "~Lock:*", "~Queue:*", "~{*}Lock:*", "~{*}Queue:*",
-    "resetchannels", "&{*}Lock:*:wake:*", "&{*}Queue:*:wake:*", "-@all",
+    "resetchannels", "&fl:w:*", "-@all",
     # Commands sent by the client ...
     "+evalsha", "+script|load", "+get", "+exists", "+pttl", "+zcard", "+ping", "+hello",
-    "+subscribe", "+unsubscribe",
+    "+subscribe",
     # ... and run inside the scripts.
     "+time", "+set", "+del", "+pexpire", "+zadd", "+zrem", "+zrange", "+zrangebyscore", "+zscore",
     "+hget", "+hset", "+hdel", "+publish", "+pubsub|numsub",

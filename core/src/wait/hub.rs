@@ -83,12 +83,20 @@ pub(crate) const READ_SLICE: Duration = Duration::from_millis(100);
 /// How long a link stays open and read without any waiter.
 pub(crate) const LINGER: Duration = Duration::from_secs(10);
 
+/// The longest [`Hub::ensure`] waits for a subscription to be confirmed.
+const ENSURE_WAIT: Duration = Duration::from_millis(500);
+
 /// First pause of a reader that cannot reconnect; it doubles up to
 /// [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 
 /// Longest pause between two reconnection attempts of a reader.
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// Read slices without a frame after which a link subscribing to one more
+/// channel reconnects rather than send that many PINGs (see
+/// [`Hub::send_subscribe`]).
+const MAX_SKIPS: u64 = 2000;
 
 /// The payload of a poke: read and ignored.
 const POKE: &str = "n";
@@ -225,9 +233,10 @@ impl Hub {
     /// Makes sure this process listens where grants and wake-ups for `key`
     /// are published, with `ticket` registered there: connects and
     /// subscribes if need be (through the link's reader), waiting for the
-    /// confirmation within `budget` (and at most one connect plus one
-    /// command timeout). Call before each registering attempt: it costs no
-    /// round trip when nothing changed.
+    /// confirmation within `budget` and at most [`ENSURE_WAIT`] (a waiter
+    /// whose wait is interruptible backs off and asks again meanwhile; the
+    /// reader goes on connecting). Call before each registering attempt: it
+    /// costs no round trip when nothing changed.
     pub(crate) fn ensure(
         self: &Arc<Self>,
         client: &Client,
@@ -237,7 +246,7 @@ impl Hub {
     ) -> Result<()> {
         let place = self.place_of(client, key)?;
         let epoch = client.epoch();
-        let limit = budget.cap(client.config().connect_timeout() + client.command_timeout());
+        let limit = budget.cap(ENSURE_WAIT);
         let until = Instant::now() + limit;
         let mut st = self.state();
         st.place(ticket, place.clone());
@@ -386,6 +395,8 @@ impl Hub {
         crate::signals::block_in_this_thread();
         let pid = crate::fork::current_pid();
         let mut conn: Option<redis::Connection> = None;
+        // Reads of `conn` that ended without a frame (see `send_subscribe`).
+        let mut skips: u64 = 0;
         let mut backoff = FIRST_BACKOFF;
         let mut trimmed = Instant::now();
         loop {
@@ -405,6 +416,7 @@ impl Hub {
                     match self.connect(client, node, &channels) {
                         Ok(c) => {
                             conn = Some(c);
+                            skips = 0;
                             backoff = FIRST_BACKOFF;
                         }
                         Err(e) => {
@@ -416,7 +428,16 @@ impl Hub {
                 }
                 Task::Subscribe(channels) => {
                     let Some(c) = conn.as_mut() else { continue };
-                    if let Err(e) = self.send_subscribe(c, &channels) {
+                    if skips > MAX_SKIPS {
+                        // Cheaper to start afresh (the new connection
+                        // subscribes to every channel of the link).
+                        drop(conn.take());
+                        self.broken(node, &Error::new(ErrorKind::Connection, "reconnecting"));
+                        continue;
+                    }
+                    let pings = if skips > 0 { skips + 1 } else { 0 };
+                    skips = 0;
+                    if let Err(e) = self.send_subscribe(c, &channels, pings) {
                         drop(conn.take());
                         self.broken(node, &Error::from_redis(client.redacted_url(), e));
                     }
@@ -425,7 +446,7 @@ impl Hub {
                     let Some(c) = conn.as_mut() else { continue };
                     match read_one(c) {
                         Ok(Some(value)) => self.handle(client, node, value),
-                        Ok(None) => {}
+                        Ok(None) => skips += 1,
                         Err(e) => {
                             drop(conn.take());
                             self.broken(node, &Error::from_redis(client.redacted_url(), e));
@@ -490,8 +511,10 @@ impl Hub {
     ) -> Result<redis::Connection> {
         let budget = Budget::one_call(client.config().connect_timeout() + client.command_timeout());
         let (mut conn, epoch) = client.open_pubsub(node, budget)?;
+        conn.set_read_timeout(Some(READ_SLICE))
+            .map_err(|e| Error::from_redis(client.redacted_url(), e))?;
         if !channels.is_empty() {
-            self.send_subscribe(&mut conn, channels)
+            self.send_subscribe(&mut conn, channels, 0)
                 .map_err(|e| Error::from_redis(client.redacted_url(), e))?;
         }
         let mut st = self.state();
@@ -508,13 +531,25 @@ impl Hub {
         Ok(conn)
     }
 
-    /// Sends one (S)SUBSCRIBE per channel, in one write.
+    /// Sends one (S)SUBSCRIBE per channel, in one write, behind `pings`
+    /// PINGs.
+    ///
+    /// Why the PINGs: the `redis` crate counts each read that timed out as
+    /// a reply owed and skips that many of the next non-push replies, so an
+    /// error answering a subscription (a refusal by an ACL, a MOVED) would
+    /// be skipped after read slices ended without a frame. One PING more
+    /// than the slices counted since the last subscription absorbs that
+    /// debt (an extra PONG is read and ignored): the error is seen.
     fn send_subscribe(
         &self,
         conn: &mut redis::Connection,
         channels: &[Option<u16>],
+        pings: u64,
     ) -> redis::RedisResult<()> {
         let mut packed = Vec::new();
+        for _ in 0..pings {
+            redis::cmd("PING").write_packed_command(&mut packed);
+        }
         for c in channels {
             let command = if c.is_some() {
                 "SSUBSCRIBE"
@@ -534,15 +569,19 @@ impl Hub {
         let (kind, data) = match value {
             Value::Push { kind, data } => (kind, data),
             Value::ServerError(e) => {
-                // A subscription refused (MOVED: the slot map was stale).
-                client.forget_slots();
+                // A subscription refused: an ACL, or MOVED (the slot map
+                // was stale).
                 let text = e.to_string();
                 let moved = text
                     .split_whitespace()
                     .skip_while(|w| *w != "MOVED")
                     .nth(1)
                     .and_then(|s| s.parse().ok());
-                self.refused(node, moved, &text);
+                if moved.is_some() {
+                    client.forget_slots();
+                }
+                let error = Error::from_redis(client.redacted_url(), e.into());
+                self.refused(node, moved, &error);
                 return;
             }
             _ => return,
@@ -596,7 +635,7 @@ impl Hub {
     /// slot it names is served elsewhere): that channel (or, not knowing
     /// which, every channel not confirmed yet) is dropped, its waiters are
     /// woken to look again, and those asking for it are told.
-    fn refused(&self, node: &Option<Node>, moved: Option<u16>, error: &str) {
+    fn refused(&self, node: &Option<Node>, moved: Option<u16>, error: &Error) {
         let mut st = self.state();
         let mut woken = Vec::new();
         if let Some(link) = st.links.get_mut(node) {
@@ -608,7 +647,7 @@ impl Hub {
             }
             link.failures += 1;
             link.error = Some((
-                ErrorKind::Connection,
+                error.kind(),
                 format!("the subscription for wake-ups was refused: {error}"),
             ));
         }
@@ -747,10 +786,10 @@ impl State {
     }
 }
 
-/// Reads one frame within [`READ_SLICE`]: `None` when the slice ended (or a
-/// signal cut the read short) with nothing read.
+/// Reads one frame within [`READ_SLICE`] (the connection's read timeout,
+/// set when it was opened): `None` when the slice ended (or a signal cut the
+/// read short) with nothing read.
 fn read_one(conn: &mut redis::Connection) -> redis::RedisResult<Option<Value>> {
-    conn.set_read_timeout(Some(READ_SLICE))?;
     match conn.recv_response() {
         Ok(v) => Ok(Some(v)),
         Err(e) if e.is_timeout() => Ok(None),
