@@ -571,16 +571,18 @@ impl Hub {
             Value::ServerError(e) => {
                 // A subscription refused: an ACL, or MOVED (the slot map
                 // was stale).
-                let text = e.to_string();
-                let moved = text
-                    .split_whitespace()
-                    .skip_while(|w| *w != "MOVED")
-                    .nth(1)
-                    .and_then(|s| s.parse().ok());
-                if moved.is_some() {
-                    client.forget_slots();
-                }
+                let moved = (e.kind() == Some(redis::ServerErrorKind::Moved))
+                    .then(|| e.details()?.split_whitespace().next()?.parse().ok())
+                    .flatten();
                 let error = Error::from_redis(client.redacted_url(), e.into());
+                // MOVED: the topology changed under us, which a wait rides
+                // out (with a fresh slot map) like any other fault.
+                let error = if moved.is_some() {
+                    client.forget_slots();
+                    Error::new(ErrorKind::Connection, error.message().to_owned())
+                } else {
+                    error
+                };
                 self.refused(node, moved, &error);
                 return;
             }
