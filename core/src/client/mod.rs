@@ -26,6 +26,7 @@ use self::conn::{
     Conn, Link, install_crypto_provider, is_failover, is_stale, may_have_run, open, single_client,
 };
 use self::pool::Pool;
+pub(crate) use self::pool::Replay;
 use self::sentinel::{MasterView, Next};
 use self::topology::cluster_client;
 use crate::budget::Budget;
@@ -397,11 +398,34 @@ impl Client {
         let mut idle = pool.state();
         let view = idle.sentinel.as_mut().ok_or_else(no_view)?;
         let (client, moved) = view.settle(lookup.hand_back(), &asking, found, cfg.redacted_url());
+        let mut replays = Vec::new();
         if moved {
-            // Failover: every pooled connection points at the old master.
+            // Failover: every pooled connection points at the old master,
+            // and the releases it confirmed lately may be lost with it.
             idle.invalidate();
+            replays = idle.take_replays();
+        }
+        drop(idle);
+        for replay in replays {
+            crate::settle::defer(replay);
         }
         client
+    }
+
+    /// Sentinel: remembers how to send a release again (`replay`) until
+    /// `until`, in case the master that confirmed it is replaced before
+    /// its replica had it (an asynchronous replica lags; a switch-over
+    /// loses its last writes). After a master change each such release is
+    /// sent again to the new master (it is idempotent: a token no longer
+    /// holding the key is left alone), so a lock the old master freed is
+    /// not held there by a token nobody has until its TTL runs out.
+    /// Nothing is kept for other deployments.
+    /// (`replay` is only called for a Sentinel deployment.)
+    pub(crate) fn note_release(&self, until: Instant, replay: impl FnOnce() -> Replay) {
+        if matches!(self.inner.backend, Backend::Sentinel) {
+            let replay = replay();
+            self.inner.pool.state().keep_replay(until, replay);
+        }
     }
 }
 

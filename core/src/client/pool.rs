@@ -50,6 +50,13 @@ pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 /// worker's next request reuses them).
 const MIN_IDLE: usize = 2;
 
+/// The settlement that sends a release again (see `Client::note_release`).
+pub(crate) type Replay = Box<dyn crate::settle::Settlement>;
+
+/// Releases kept for replay after a master change, at most this many (the
+/// oldest go first).
+const MAX_REPLAYS: usize = 1024;
+
 /// The pool of one client.
 pub(super) struct Pool {
     idle: Mutex<Idle>,
@@ -68,6 +75,8 @@ pub(super) struct Idle {
     open: usize,
     /// The wait hub of this client in this process.
     pub hub: Option<Arc<Hub>>,
+    /// Sentinel: releases to send again after a master change, until when.
+    replays: std::collections::VecDeque<(Instant, Replay)>,
     /// Cluster: the slot map last fetched.
     pub slots: SlotCache,
     /// See the module documentation.
@@ -83,6 +92,29 @@ impl Idle {
         self.epoch += 1;
         self.open -= self.conns.len();
         self.conns.clear();
+    }
+
+    /// Keeps a release to send again after a master change, until `until`.
+    pub(super) fn keep_replay(&mut self, until: Instant, replay: Replay) {
+        let now = Instant::now();
+        while self.replays.front().is_some_and(|(u, _)| *u <= now)
+            || self.replays.len() >= MAX_REPLAYS
+        {
+            self.replays.pop_front();
+        }
+        self.replays.push_back((until, replay));
+    }
+
+    /// The releases to send again now (the master changed), the latest
+    /// first: the writes a switch-over loses are the last ones.
+    pub(super) fn take_replays(&mut self) -> Vec<Replay> {
+        let now = Instant::now();
+        std::mem::take(&mut self.replays)
+            .into_iter()
+            .rev()
+            .filter(|(until, _)| *until > now)
+            .map(|(_, r)| r)
+            .collect()
     }
 
     /// Closes the connections idle for longer than [`IDLE_TIMEOUT`], beyond
@@ -110,6 +142,7 @@ impl Pool {
                 conns: Vec::new(),
                 open: 0,
                 hub: None,
+                replays: std::collections::VecDeque::new(),
                 slots: SlotCache::default(),
                 epoch: 0,
                 sentinel,
@@ -132,6 +165,7 @@ impl Pool {
             // (the hub too: its threads are the parent's).
             std::mem::forget(std::mem::take(&mut idle.conns));
             std::mem::forget(idle.hub.take());
+            std::mem::forget(std::mem::take(&mut idle.replays));
             idle.open = 0;
             if let Some(view) = idle.sentinel.as_mut() {
                 view.forget_after_fork();

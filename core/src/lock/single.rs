@@ -332,7 +332,21 @@ impl Lock {
         }
         let budget = self.client.one_call();
         match self.release_token(&held.token, held.waited) {
-            Ok(true) => Ok(()),
+            Ok(true) => {
+                // Sentinel: sent again if the master is replaced before its
+                // replica had this release (see `Client::note_release`).
+                let horizon = Instant::now() + self.opts.ttl;
+                self.client.note_release(horizon, || {
+                    Box::new(ReleaseHold {
+                        client: self.client.clone(),
+                        keys: self.keys.clone(),
+                        token: held.token.clone(),
+                        horizon,
+                        label: self.label.clone(),
+                    })
+                });
+                Ok(())
+            }
             Ok(false) => {
                 self.state.lock_unpoisoned().lost = true;
                 Err(self.not_owned("it expired or another owner took it before the release"))

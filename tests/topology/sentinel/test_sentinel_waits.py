@@ -1,6 +1,7 @@
 """Sentinel: waiters of a busy lock follow a graceful switch-over (`SENTINEL
-FAILOVER`): the process's wake-up subscription moves to the new master and
-every waiter re-checks there (issue 27)."""
+FAILOVER`): the process's wake-up subscription moves to the new master,
+every waiter re-checks there, and releases the old master confirmed but
+did not pass on are sent again, so nobody waits out a TTL (issue 27)."""
 
 from __future__ import annotations
 
@@ -36,7 +37,9 @@ def test_waiters_follow_a_graceful_failover():
         print(f"switch-over took {switched - started:.2f} s; longest stall of the busy lock "
               f"{stall * 1000:.0f} ms; {after} holds from 1 s after it; errors: {errors[:3]}")
         assert after > 50, "the lock kept moving on the new master"
-        assert stall < 5.0 + 1.0, f"waiters stalled {stall:.2f} s (the ttl is 5 s)"
+        # Not a TTL (5 s): releases the old master confirmed but lost are
+        # sent again to the new one, and the waiters re-check there.
+        assert stall < 1.5, f"waiters stalled {stall:.2f} s"
         # And a waiter on the new master is woken by a release there.
         holder, waiter = Lock(name, url=url, auto_renew=False), Lock(name, url=url, auto_renew=False)
         assert holder.acquire(timeout=10)
