@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
 import statistics
 import subprocess
@@ -123,6 +124,11 @@ def one(python: str, port: int, case: str, waiters: int, procs: int, hold: float
     span = (events[-1][1] - events[0][0]) / 1e9
     ideal = len(events) * hold / 1000
     handovers = [(b[0] - a[1]) / 1e3 for a, b in zip(events, events[1:])]
+    if os.environ.get("SCALE_GAPS"):  # where the long hand-overs were (debugging)
+        t0 = events[0][0]
+        for a, b in zip(events, events[1:]):
+            if b[0] - a[1] > 20e6:
+                print(f"  gap {(b[0] - a[1]) / 1e6:.1f} ms at {(a[1] - t0) / 1e9:.3f} s", file=sys.stderr)
     return {
         "case": case, "waiters": waiters, "procs": procs, "hold_ms": hold, "done": len(events),
         "failed": len(failed), "span_s": round(span, 3), "efficiency": round(ideal / span, 3),

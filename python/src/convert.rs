@@ -10,18 +10,47 @@ use pyo3::types::{PyBytes, PyString};
 
 use crate::errors::{IntoPy, to_py};
 
+thread_local! {
+    /// Whether this thread is the interpreter's main thread (asked once per
+    /// thread, with the GIL).
+    static MAIN_THREAD: std::cell::OnceCell<bool> = const { std::cell::OnceCell::new() };
+}
+
+/// True in the interpreter's main thread: the only one where Python runs
+/// signal handlers (`PyErr_CheckSignals` does nothing elsewhere).
+fn in_main_thread(py: Python<'_>) -> bool {
+    MAIN_THREAD.with(|m| {
+        *m.get_or_init(|| {
+            let is_main = || -> PyResult<bool> {
+                let threading = py.import("threading")?;
+                let current = threading.call_method0("current_thread")?;
+                let main = threading.call_method0("main_thread")?;
+                Ok(current.is(&main))
+            };
+            is_main().unwrap_or(true)
+        })
+    })
+}
+
 /// Runs `f` with the GIL released. `f` gets an interrupt hook that, while it
-/// waits, re-takes the GIL every 50 ms to run Python signal handlers (so
-/// Ctrl-C raises `KeyboardInterrupt`) and checks `cancel` (asyncio).
+/// waits, checks `cancel` (asyncio) every 50 ms and, in the main thread,
+/// re-takes the GIL to run Python signal handlers (so Ctrl-C raises
+/// `KeyboardInterrupt`). Other threads never run signal handlers, so their
+/// hook leaves the GIL alone: 500 waiting threads would otherwise take it
+/// 10,000 times a second, and a woken waiter would queue behind them.
 pub fn blocking<T: Send>(
     py: Python<'_>,
     cancel: Option<&AtomicBool>,
     f: impl for<'a> FnOnce(Option<Interrupt<'a>>) -> ferrolock::Result<T> + Send,
 ) -> PyResult<T> {
     let pending: Mutex<Option<PyErr>> = Mutex::new(None);
+    let main = in_main_thread(py);
     let hook = || -> ferrolock::Result<()> {
         if cancel.is_some_and(|c| c.load(Ordering::Acquire)) {
             return Err(interrupted("cancelled"));
+        }
+        if !main {
+            return Ok(());
         }
         Python::attach(|py| py.check_signals()).map_err(|e| {
             if let Ok(mut slot) = pending.lock() {
