@@ -132,7 +132,10 @@ class Lock(_native.Lock, _Forms):
     (default ``$REDIS_URL`` or ``redis://127.0.0.1:6379/0``). prefix: key
     prefix (default ``Lock:``). min_replicas: after each acquire, wait
     (``WAIT``, up to 4/5 of the URL's command timeout) until that many replicas
-    have it, else release and raise :class:`LockError`.
+    have it, else release and raise :class:`LockError`. legacy_interop: give
+    legacy ``SETNX`` pollers (the hand-rolled PHP ``RedisLock``) a turn now and
+    then under sustained contention (``None``, the default: on for the legacy
+    prefix ``Lock:``; see ``docs/migration.md``).
     """
 
     __slots__ = ()

@@ -157,6 +157,7 @@ class Lock(_LockBase):
         url: str | None = None,
         prefix: str = "Lock:",  # DEFAULT_LOCK_PREFIX
         min_replicas: int = 0,
+        legacy_interop: bool | None = None,
     ) -> Self:
         """Create a lock (nothing is sent to Redis yet)."""
 

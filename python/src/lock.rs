@@ -224,9 +224,10 @@ impl PyLock {
     #[pyo3(
         signature = (name, *, ttl = DEFAULT_TTL.as_secs_f64(), timeout = None, auto_renew = true,
                      reentrant = false, fair = false, url = None, prefix = DEFAULT_LOCK_PREFIX,
-                     min_replicas = 0),
+                     min_replicas = 0, legacy_interop = None),
         text_signature = "(name, *, ttl=30.0, timeout=None, auto_renew=True, reentrant=False, \
-                          fair=False, url=None, prefix='Lock:', min_replicas=0)"
+                          fair=False, url=None, prefix='Lock:', min_replicas=0, \
+                          legacy_interop=None)"
     )]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -239,6 +240,7 @@ impl PyLock {
         url: Option<&str>,
         prefix: &str,
         min_replicas: i64,
+        legacy_interop: Option<bool>,
     ) -> PyResult<PyClassInitializer<Self>> {
         let name = str_bytes(name, "name")?;
         let mut opts = LockOptions::default();
@@ -247,6 +249,7 @@ impl PyLock {
         opts.reentrant = reentrant;
         opts.fair = fair;
         opts.prefix = prefix.as_bytes().to_vec();
+        opts.legacy_interop = legacy_interop;
         opts.min_replicas = u32::try_from(min_replicas).map_err(|_| {
             pyo3::exceptions::PyValueError::new_err(format!(
                 "min_replicas must be between 0 and {}, got {min_replicas}",
