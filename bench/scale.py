@@ -16,7 +16,9 @@ Cases: `plain` (prefix `bench:`: legacy interop off), `fair`, and `legacy`
 free for legacy pollers now and then; the difference is its cost).
 
 Usage: bench/scale.py [--waiters 2000] [--procs 4] [--hold 1] [--runs 1]
-       [--cases plain,fair,legacy] [--python PY]
+       [--rounds 1] [--cases plain,fair,legacy] [--python PY]
+`--waiters 8 --procs 8 --rounds 500 --hold 2` is the 8-process contention
+case under sustained contention (the cost of legacy interop's turns).
 Starts its own redis-server. Not a test: one run on a shared machine.
 """
 
@@ -36,7 +38,7 @@ import time
 WORKER = r"""
 import json, sys, threading, time
 from ferrolock import Lock
-url, name, prefix, fair, threads, hold, start_at = sys.argv[1:8]
+url, name, prefix, fair, threads, hold, start_at, rounds = sys.argv[1:9]
 threads, hold, start_at, fair = int(threads), float(hold) / 1000, int(start_at), fair == "1"
 events = []
 failed = []
@@ -44,18 +46,19 @@ def run():
     lock = Lock(name, url=url, prefix=prefix, fair=fair, ttl=30, auto_renew=False)
     while time.monotonic_ns() < start_at:
         time.sleep(0.0005)
-    try:
-        assert lock.acquire(timeout=120)
-    except Exception as e:
-        failed.append(repr(e))
-        return
-    got = time.monotonic_ns()
-    until = time.perf_counter() + hold
-    while time.perf_counter() < until:
-        pass
-    rel = time.monotonic_ns()
-    lock.release()
-    events.append((got, rel))
+    for _ in range(int(rounds)):
+        try:
+            assert lock.acquire(timeout=120)
+        except Exception as e:
+            failed.append(repr(e))
+            return
+        got = time.monotonic_ns()
+        until = time.perf_counter() + hold
+        while time.perf_counter() < until:
+            pass
+        rel = time.monotonic_ns()
+        lock.release()
+        events.append((got, rel))
 ts = [threading.Thread(target=run) for _ in range(threads)]
 for t in ts: t.start()
 for t in ts: t.join()
@@ -104,14 +107,16 @@ def pct(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, int(p * len(xs)))]
 
 
-def one(python: str, port: int, case: str, waiters: int, procs: int, hold: float, run: int) -> dict:
+def one(python: str, port: int, case: str, waiters: int, procs: int, hold: float, run: int,
+        rounds: int = 1) -> dict:
     url = f"redis://127.0.0.1:{port}/0"
     name = f"scale-{case}-{run}"
     prefix = "Lock:" if case == "legacy" else "bench:"
     fair = "1" if case == "fair" else "0"
     start_at = time.monotonic_ns() + int(3e9)
     per = waiters // procs
-    ps = [subprocess.Popen([python, "-c", WORKER, url, name, prefix, fair, str(per), str(hold), str(start_at)],
+    ps = [subprocess.Popen([python, "-c", WORKER, url, name, prefix, fair, str(per), str(hold), str(start_at),
+                            str(rounds)],
                            stdout=subprocess.PIPE, text=True) for _ in range(procs)]
     stop, conns = threading.Event(), []
     sampler = threading.Thread(target=sample_connections, args=(port, stop, conns))
@@ -130,7 +135,8 @@ def one(python: str, port: int, case: str, waiters: int, procs: int, hold: float
             if b[0] - a[1] > 20e6:
                 print(f"  gap {(b[0] - a[1]) / 1e6:.1f} ms at {(a[1] - t0) / 1e9:.3f} s", file=sys.stderr)
     return {
-        "case": case, "waiters": waiters, "procs": procs, "hold_ms": hold, "done": len(events),
+        "case": case, "waiters": waiters, "procs": procs, "rounds": rounds, "hold_ms": hold,
+        "done": len(events),
         "failed": len(failed), "span_s": round(span, 3), "efficiency": round(ideal / span, 3),
         "handover_p50_us": round(pct(handovers, 0.5), 1), "handover_p99_us": round(pct(handovers, 0.99), 1),
         "handover_max_us": round(max(handovers), 1),
@@ -145,6 +151,7 @@ def main() -> None:
     ap.add_argument("--procs", type=int, default=4)
     ap.add_argument("--hold", type=float, default=1.0)
     ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=1, help="acquisitions per waiter (sustained contention)")
     ap.add_argument("--cases", default="plain,fair,legacy")
     args = ap.parse_args()
     port = free_port()
@@ -162,7 +169,7 @@ def main() -> None:
         results = []
         for run in range(args.runs):
             for case in args.cases.split(","):
-                r = one(args.python, port, case, args.waiters, args.procs, args.hold, run)
+                r = one(args.python, port, case, args.waiters, args.procs, args.hold, run, args.rounds)
                 print(json.dumps(r), flush=True)
                 results.append(r)
         if args.runs > 1:

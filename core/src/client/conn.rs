@@ -145,12 +145,24 @@ pub(super) fn tcp_settings() -> redis::io::tcp::TcpSettings {
 
 /// Connects `client` within `connect_timeout`, with the command timeout set
 /// for reads and writes.
+///
+/// The redis crate gives each reply of its connection handshake (`HELLO`,
+/// `AUTH`, `SELECT`, `CLIENT SETINFO` twice) the whole timeout, so a server
+/// that accepts connections but does not answer (paused, overloaded) would
+/// hold a connect for several times `connect_timeout`: each reply gets its
+/// share instead, and the whole stays within `connect_timeout`.
 pub(super) fn open(
     client: &redis::Client,
     config: &Config,
     connect_timeout: Duration,
 ) -> RedisResult<redis::Connection> {
-    let conn = client.get_connection_with_timeout(connect_timeout)?;
+    let redis = client.get_connection_info().redis_settings();
+    let replies = 1
+        + u32::from(redis.protocol().supports_resp3() || redis.password().is_some())
+        + u32::from(redis.db() != 0)
+        + if redis.skip_set_lib_name() { 0 } else { 2 };
+    let share = (connect_timeout / replies).max(Duration::from_millis(1));
+    let conn = client.get_connection_with_timeout(share)?;
     conn.set_read_timeout(Some(config.command_timeout))?;
     conn.set_write_timeout(Some(config.command_timeout))?;
     Ok(conn)

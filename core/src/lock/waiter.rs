@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::single::Lock;
 use super::{Abandon, Tried, acquire_call, leave_call, legacy};
+use crate::budget::Budget;
 use crate::client::Client;
 use crate::error::Result;
 use crate::keys::{LockKeys, new_token};
@@ -65,10 +66,13 @@ impl wait::Waiting for LockWaiter<'_> {
         Some(fence)
     }
 
-    fn leave(&self, waiter: &str, how: Leaving) -> Result<Option<i64>> {
+    fn leave(&self, waiter: &str, how: Leaving, budget: Budget) -> Result<Option<i64>> {
         let give_back = matches!(how, Leaving::Abandoned);
         let call = leave_call(self.keys, waiter, self.token, self.ttl_ms, give_back);
-        let reply: Vec<i64> = call.run(self.client, self.label)?;
+        let budget = budget.min(self.client.one_call());
+        let reply: Vec<i64> = self
+            .client
+            .run_within(budget, self.label, |c| call.query(c))?;
         Ok(match reply.as_slice() {
             [1, fence] => Some(*fence),
             _ => None,
@@ -165,8 +169,8 @@ impl wait::Waiting for OwnedWaiter {
         Some(fence)
     }
 
-    fn leave(&self, waiter: &str, how: Leaving) -> Result<Option<i64>> {
-        self.lock.waiter(&self.token).leave(waiter, how)
+    fn leave(&self, waiter: &str, how: Leaving, budget: Budget) -> Result<Option<i64>> {
+        self.lock.waiter(&self.token).leave(waiter, how, budget)
     }
 
     fn abandon(&self, waiter: &str) -> Option<Box<dyn Settlement>> {

@@ -165,8 +165,9 @@ pub(crate) trait Waiting {
     /// A grant (a lock handed over with this fencing token) that completes
     /// the wait by itself, or `None` if this kind of wait is only woken.
     fn granted(&self, fence: i64) -> Option<Self::Output>;
-    /// Deregisters `waiter`; `Some` when it turns out the wait succeeded.
-    fn leave(&self, waiter: &str, how: Leaving) -> Result<Option<Self::Output>>;
+    /// Deregisters `waiter` within `budget`; `Some` when it turns out the
+    /// wait succeeded.
+    fn leave(&self, waiter: &str, how: Leaving, budget: Budget) -> Result<Option<Self::Output>>;
     /// What puts things right if the wait ends without the server
     /// confirming that `waiter` left (a lock: give back a hold that was, or
     /// will be, handed to it, and drop its registration). `None`: nothing
@@ -187,8 +188,8 @@ impl<W: Waiting + ?Sized> Waiting for &W {
         (**self).granted(fence)
     }
 
-    fn leave(&self, waiter: &str, how: Leaving) -> Result<Option<W::Output>> {
-        (**self).leave(waiter, how)
+    fn leave(&self, waiter: &str, how: Leaving, budget: Budget) -> Result<Option<W::Output>> {
+        (**self).leave(waiter, how, budget)
     }
 
     fn abandon(&self, waiter: &str) -> Option<Box<dyn Settlement>> {
@@ -220,7 +221,8 @@ where
         None
     }
 
-    fn leave(&self, waiter: &str, _how: Leaving) -> Result<Option<T>> {
+    /// (One round trip of its own: it starts before the budget is spent.)
+    fn leave(&self, waiter: &str, _how: Leaving, _budget: Budget) -> Result<Option<T>> {
         (self.leave)(waiter).map(|()| None)
     }
 }
@@ -449,7 +451,7 @@ impl<W: Waiting> Waiter<W> {
                 None => Ok(self.finish(None, None)),
             };
         }
-        match self.w.leave(&self.member, Leaving::TimedOut) {
+        match self.w.leave(&self.member, Leaving::TimedOut, self.budget) {
             Ok(v) => Ok(self.finish(v, None)),
             Err(e) => {
                 let failing = self.failing.take().unwrap_or(Failing {
@@ -471,7 +473,7 @@ impl<W: Waiting> Waiter<W> {
             return;
         }
         let budget = Budget::one_call(self.client.command_timeout()).min(self.budget);
-        match self.w.leave(&self.member, Leaving::Abandoned) {
+        match self.w.leave(&self.member, Leaving::Abandoned, budget) {
             Ok(_) => {
                 self.finish(None, None);
             }

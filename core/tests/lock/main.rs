@@ -10,5 +10,6 @@ mod faults;
 mod fencing;
 mod legacy;
 mod steps;
+mod wait_faults;
 mod waiting;
 mod watchdog;
