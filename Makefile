@@ -28,10 +28,15 @@ php: ## Build the PHP extension: target/release/libferrolock_php.so
 
 # `make pie`: what PIE runs (composer.json's php-ext section), on a clean copy
 # of the tracked files: phpize, ./configure, make, make install (into
-# $(PIE_DIR)/root). The copy keeps the work tree's mtimes, directories'
-# included, and cargo builds into the workspace's target directory (or
-# $CARGO_TARGET_DIR), so it compiles only what `make php` would.
+# $(PIE_DIR)/root). Cargo builds the copy in a target directory of its own,
+# $(PIE_CARGO_TARGET_DIR): sharing the workspace's would mix the copy's
+# fingerprints with the work tree's (cargo keys path packages by their path
+# relative to the workspace, which is the same in the copy), and a later
+# `make php` could then take the copy's build of a source since edited as
+# fresh. The copy keeps the work tree's mtimes, directories' included, so a
+# rerun compiles only what changed.
 PIE_DIR := target/pie
+PIE_CARGO_TARGET_DIR ?= target/pie-cargo
 PHPIZE ?= phpize
 PHP_CONFIG ?= php-config
 
@@ -45,7 +50,7 @@ pie: ## Build the PHP extension the PIE way from a clean copy -> target/pie/ferr
 		| while IFS= read -r d; do touch -r "$$d" "$(PIE_DIR)/src/$$d"; done; \
 	meta() { php -n -r '$$e = json_decode(file_get_contents("$(PIE_DIR)/src/composer.json"), true)["php-ext"]; echo $$e[$$argv[1]] ?? $$argv[2];' "$$@"; }; \
 	build_path=$$(meta build-path .); ext=$$(meta extension-name ferrolock); \
-	export CARGO_TARGET_DIR=$(abspath $(or $(CARGO_TARGET_DIR),target)); \
+	export CARGO_TARGET_DIR=$(abspath $(PIE_CARGO_TARGET_DIR)); \
 	cd $(PIE_DIR)/src/$$build_path; \
 	echo "pie: phpize, configure, make, make install in $(PIE_DIR)/src/$$build_path"; \
 	$(PHPIZE) >/dev/null; \
@@ -65,7 +70,8 @@ build: core php python ## Build everything
 # `make dist` (after `make setup`, which installs maturin and ziglang): the sdist, then
 # from the sdist (as `python -m build` does, so a file missing from it fails here) one
 # abi3 wheel per target in DIST_TARGETS whose Rust std is installed, linked by zig
-# against glibc 2.17. Cargo builds in ./target: the dependencies compiled once are reused.
+# against glibc 2.17. Cargo builds the unpacked sdist in target/dist-cargo, a target
+# directory of its own (see PIE_CARGO_TARGET_DIR for why not the workspace's).
 DIST ?= dist
 DIST_TARGETS ?= x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu
 MANYLINUX ?= manylinux_2_17
@@ -96,7 +102,7 @@ dist: ## sdist + abi3 manylinux_2_17 wheels (x86_64; aarch64 if its Rust std is 
 	    echo "make dist: skipping $$t: its Rust std is not installed (rustup target add $$t)"; continue; \
 	  fi; \
 	  echo "make dist: wheel for $$t"; \
-	  ( cd $(DIST_SRC)/ferrolock-* && CARGO_ZIGBUILD_ZIG_PATH="$(ZIG)" CARGO_TARGET_DIR="$(CURDIR)/target" \
+	  ( cd $(DIST_SRC)/ferrolock-* && CARGO_ZIGBUILD_ZIG_PATH="$(ZIG)" CARGO_TARGET_DIR="$(CURDIR)/target/dist-cargo" \
 	    $(MATURIN) build --release --zig --compatibility $(MANYLINUX) --target $$t \
 	      --out "$(abspath $(DIST))" ) || exit 1; \
 	  built=$$((built + 1)); \
@@ -104,13 +110,24 @@ dist: ## sdist + abi3 manylinux_2_17 wheels (x86_64; aarch64 if its Rust std is 
 	[ $$built -gt 0 ] || { echo "make dist: no wheel built" >&2; exit 1; }
 	@ls -l $(DIST)/ferrolock-*
 
+# The servers `make test` runs every suite against (FERROLOCK_TEST_SERVER, read
+# by core/src/testing.rs and tests/support/servers.py). Both passes always
+# run; a failure in either fails the target.
+TEST_SERVERS ?= redis valkey
+
 .PHONY: test
-test: setup lint php python ## Lint, then run every test (Rust, Python, PHP, cross-language) against real redis-servers
-	cargo test -p ferrolock
-	$(PYTHON) -m pytest tests
+test: setup lint php python ## Lint, then run every test (Rust, Python, PHP, cross-language) against real Redis and Valkey servers
+	@failed=""; for s in $(TEST_SERVERS); do \
+	  echo "== make test: Rust suite against $$s =="; \
+	  FERROLOCK_TEST_SERVER=$$s cargo test -p ferrolock || failed="$$failed $$s/rust"; \
+	  echo "== make test: Python, PHP and cross-language suite against $$s =="; \
+	  FERROLOCK_TEST_SERVER=$$s $(PYTHON) -m pytest tests || failed="$$failed $$s/python"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "make test: FAILED:$$failed"; exit 1; fi; \
+	echo "make test: every suite passed against: $(TEST_SERVERS)"
 
 .PHONY: test-fast
-test-fast: ## Run the tests without rebuilding or installing anything
+test-fast: ## Run the tests without rebuilding or installing anything (FERROLOCK_TEST_SERVER=valkey for Valkey)
 	cargo test -p ferrolock
 	$(PYTHON) -m pytest tests -x
 
@@ -120,7 +137,7 @@ lint: ## cargo fmt --check, clippy -D warnings, ruff, php -l
 	cargo clippy --workspace --all-targets -- -D warnings
 	$(PYTHON) -m ruff check python tests bench scripts
 	php -n -l php/ferrolock.stubs.php
-	@for f in $$(find tests -name '*.php' | sort); do php -n -l $$f >/dev/null || exit 1; done
+	@for f in $$(find tests php/bridge -name '*.php' | sort); do php -n -l $$f >/dev/null || exit 1; done
 
 .PHONY: stubs
 stubs: php python ## Check the Python and PHP stubs against the built modules (mypy.stubtest, PHP reflection)
@@ -130,9 +147,13 @@ stubs: php python ## Check the Python and PHP stubs against the built modules (m
 demo: setup php python ## Demo: Python and PHP workers share a lock and a queue on a throwaway redis-server
 	$(PYTHON) scripts/demo.py
 
+# `make bench BENCH_SERVER=valkey` benchmarks against Valkey; BENCH_ARGS is passed
+# to bench/run.py (e.g. BENCH_ARGS="--only uncontended,contention --runs 3").
+BENCH_SERVER ?= redis
+
 .PHONY: bench
-bench: setup php python ## Benchmarks vs redis-py, python-redis-lock and a legacy PHP lock -> bench/results/
-	$(PYTHON) bench/run.py
+bench: setup php python ## Benchmarks vs redis-py, python-redis-lock, a legacy PHP lock, huey, RQ -> bench/results/
+	$(PYTHON) bench/run.py --server $(BENCH_SERVER) $(BENCH_ARGS)
 
 .PHONY: clean
 clean: ## Remove build products

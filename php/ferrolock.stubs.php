@@ -1,5 +1,7 @@
 <?php
 
+namespace {
+
 /**
  * Stubs of the ferrolock PHP extension (for IDEs and static analysis).
  *
@@ -10,14 +12,30 @@
  * timeout, `mixed` for an id or a result), the extension converts by PHP's own
  * rules and returns exactly what is documented here.
  *
- * Connection, for both classes: `$param` is a URL (`redis://`, `rediss://`,
+ * Two families of classes:
+ * - the legacy classes RedisLock, RedisQueue and RedisLockException, drop-in
+ *   replacements for hand-written ones (global namespace below). They are
+ *   also named Ferrolock\RedisLock, Ferrolock\RedisQueue and
+ *   Ferrolock\RedisLockException: aliases of the same classes while the ini
+ *   setting `ferrolock.legacy_classes` is on (the default); with it off
+ *   (php.ini or -d only), they exist only under those namespaced names, and
+ *   the global names stay free for a legacy class file still `require`d
+ *   during a migration (docs/migration.md);
+ * - the modern classes Ferrolock\Lock, Ferrolock\Queue and Ferrolock\Task
+ *   with the Python package's semantics (namespace Ferrolock below).
+ *
+ * Connection, for the legacy classes: `$param` is a URL (`redis://`, `rediss://`,
  * `unix://`, `redis+sentinel://`, `redis+cluster://`), or an array like the
  * legacy RedisFactory (`host`, `port`, `password`, `database`, plus `url`,
  * `username`, `timeout`, `tls`, `prefix`; RedisLock also `servers`, `fair`,
  * `auto_renew`; RedisQueue also `lock_prefix`), or null: ini `ferrolock.url`,
  * else `$REDIS_URL`, else `redis://127.0.0.1:6379/0`. An array without `url`,
  * `host`, `port`, `password` or `database` means that default server, with its
- * `timeout`, `username` and `tls` applied. In an array, `port` must be an
+ * `timeout`, `username` and `tls` applied. An array with `url` applies its
+ * `database`, `password`, `username`, `timeout` and `tls` to that URL
+ * (single-server URLs for `database` and `password`); `host` or `port`
+ * besides `url`, or a database or password that differs from the URL's, throw
+ * RedisLockException naming the keys. In an array, `port` must be an
  * integer from 1 to 65535 and `database` an integer >= 0 (integer strings
  * such as '6380' too), `timeout` a number of seconds >= 0, the other settings
  * strings; null means "not set". Any other value throws RedisLockException
@@ -65,16 +83,23 @@ class RedisLock
      */
     public function __construct(string|array|null $param = null) {}
 
-    /** The same object for the whole request. */
-    public static function instance(): RedisLock {}
+    /**
+     * The same object for the whole request.
+     *
+     * @return RedisLock (declared without a return type in the extension:
+     *         its class is named Ferrolock\RedisLock when the global names
+     *         are off)
+     */
+    public static function instance() {}
 
     /**
      * Takes the lock `$name`.
      *
      * @param string $name Lock name: 1 to 4096 bytes, any bytes ("0" is valid).
      * @param int|float $timeout 0: try once; > 0: wait up to that many seconds
-     *        (more than ten years, e.g. PHP_INT_MAX or INF, waits ten years:
-     *        as long as it takes).
+     *        (more than ten years, e.g. PHP_INT_MAX, waits ten years: as long
+     *        as it takes). NAN, INF and -INF are invalid: false and an
+     *        E_WARNING, the lock untouched.
      * @param int $expire Lifetime in seconds (at least 5, at most ten years);
      *        the lock frees itself after it unless renewed with expire().
      * @param int $waitIntervalUs Longest pause between re-checks while waiting
@@ -115,28 +140,58 @@ class RedisLock
  * A task queue, a drop-in replacement for the legacy RedisQueue class (sorted
  * set `Queue:<name>`, score = due unix time). Every operation is one atomic
  * script; a legacy client holding `Lock:Queue:<name>` is waited for.
+ *
+ * The extras make it a production queue (docs/queue.md): reserved tasks
+ * count attempts, back off when they fail (min(backoff_cap,
+ * backoff * 2^(attempts - 1)) seconds, cut by up to backoff_jitter), go to a
+ * dead set after max_attempts, can carry a payload, are kept alive by
+ * touch(); an id is never in flight twice; work() is a worker loop that takes
+ * one round trip per job.
  */
 class RedisQueue
 {
-    /** @param string|array|null $param Redis URL, connection array, or null. */
+    /**
+     * @param string|array|null $param Redis URL, connection array, or null.
+     *        Array extras: 'prefix' (default 'Queue:'), 'lock_prefix'
+     *        (default 'Lock:'), and for every queue of this object:
+     *        'visibility' (seconds a reservation lasts, default 30),
+     *        'max_attempts' (reservations a task gets before the dead set,
+     *        default 10; null: unlimited), 'backoff' (seconds, default 1),
+     *        'backoff_cap' (default 300), 'backoff_jitter' (0 to 1, default
+     *        0.5). These settings travel with each reservation.
+     *        'min_replicas' (default 0): an enqueue or ack returns once that
+     *        many replicas confirmed it (WAIT); a master with fewer refuses
+     *        at once with RedisLockException, writing nothing.
+     */
     public function __construct(string|array|null $param = null) {}
 
     /**
      * Adds `$id` (or an array of ids) due `$afterInterval` seconds from now.
-     * Ids already queued keep their score. An id is 1 to 4096 bytes.
+     * Ids already queued keep their score. An id is 1 to 4096 bytes. An id in
+     * flight (reserved) is not handed to a second consumer: it is queued
+     * again when its reservation ends (after an ack, as a new task).
      *
      * @param int $timeout Seconds to wait for a legacy client's queue lock.
      */
     public function enqueue(string $name, string|int|array $id, ?int $timeout = 10, int|float|null $afterInterval = 0): bool {}
 
-    /** Removes `$id` if its score is still exactly `$score`. */
+    /**
+     * Extra: adds tasks with payloads, `[id => payload, ...]` (binary-safe
+     * strings), like enqueue(). A payload replaces the one the task had (a
+     * queued id keeps its score; an id in flight gets it with its next run).
+     * Payloads are deleted when the task is acked, popped, dequeued or purged.
+     */
+    public function enqueueWithPayloads(string $name, array $tasks, ?int $timeout = 10, int|float|null $afterInterval = 0): bool {}
+
+    /** Removes `$id` (and its payload) if its score is still exactly `$score`. */
     public function dequeue(string $name, string|int $id, float $score, ?int $timeout = 10): bool {}
 
     /**
      * Takes up to `$count` due tasks, lowest score first.
      *
-     * @return array|false `$count == 1`: ['id' => string, 'score' => float] or
-     *         false; `$count > 1`: a list of those (maybe empty).
+     * @return array|false `$count == 1`: ['id' => string, 'score' => float]
+     *         (plus 'payload' => string when the task has one) or false;
+     *         `$count > 1`: a list of those (maybe empty).
      */
     public function pop(string $name, ?int $count = 1, ?int $timeout = 10): array|false {}
 
@@ -144,21 +199,377 @@ class RedisQueue
     public function top(string $name, ?int $count = 1): array|false {}
 
     /**
-     * Extra: reserves one due task for `$visibility` seconds (default: the
-     * core's visibility timeout, 30 s), waiting up to `$wait` seconds for one
-     * (woken by enqueues; more than ten years waits ten years). If it is not
-     * acked in time it returns to the queue.
+     * Extra: reserves up to `$count` due tasks for `$visibility` seconds
+     * (null: the object's, 30 s by default), waiting up to `$wait` seconds
+     * for one (woken by enqueues; more than ten years waits ten years; NAN or
+     * INF: false and an E_WARNING). A
+     * task not acked in time returns to the queue after its backoff (or goes
+     * to the dead set at its last attempt).
      *
-     * @return array|false ['id' => string, 'score' => float, 'receipt' => string]
+     * @return array|false `$count == 1`: ['id' => string, 'score' => float,
+     *         'receipt' => string, 'attempts' => int (this reservation
+     *         included), 'payload' => string when it has one] or false;
+     *         `$count > 1`: a list of those (maybe empty).
      */
-    public function reserve(string $name, int|float|null $visibility = 30, int|float|null $wait = 0): array|false {}
+    public function reserve(string $name, int|float|null $visibility = null, int|float|null $wait = 0, ?int $count = 1): array|false {}
 
-    /** Extra: acknowledges a reserved task; false when the reservation was lost. */
+    /**
+     * Extra: acknowledges a reserved task; false when the reservation was
+     * lost. A receipt of another task is refused (warning, false, nothing
+     * changes).
+     */
     public function ack(string $name, string|int $id, string $receipt): bool {}
 
-    /** Extra: gives a reserved task back, due after `$delay` seconds. */
-    public function nack(string $name, string|int $id, string $receipt, int|float|null $delay = 0): bool {}
+    /**
+     * Extra: gives a reserved task back, due after `$delay` seconds, or after
+     * its backoff when null; at its last attempt it goes to the dead set.
+     * False when the reservation was lost.
+     */
+    public function nack(string $name, string|int $id, string $receipt, int|float|null $delay = null): bool {}
+
+    /**
+     * Extra: extends a reservation (a heartbeat): it now runs out
+     * `$visibility` seconds from now (null: the visibility it was reserved
+     * with). False when it is no longer ours.
+     */
+    public function touch(string $name, string|int $id, string $receipt, int|float|null $visibility = null): bool {}
+
+    /**
+     * Extra: up to `$count` dead tasks from `$offset` on, the oldest death
+     * first.
+     *
+     * @return array A list of ['id' => string, 'score' => float (when it
+     *         died), 'attempts' => int, 'payload' => string when it has one].
+     */
+    public function dead(string $name, ?int $count = 100, ?int $offset = 0): array {}
+
+    /**
+     * Extra: puts dead tasks back into the queue, due now, attempts reset,
+     * payloads kept: those of `$ids` that are dead, or all when null.
+     * Returns how many.
+     */
+    public function retryDead(string $name, string|int|array|null $ids = null): int {}
+
+    /**
+     * Extra: deletes dead tasks and their payloads: those of `$ids` that are
+     * dead, or all when null. Returns how many.
+     */
+    public function purgeDead(string $name, string|int|array|null $ids = null): int {}
+
+    /**
+     * Extra: what the queue holds, in one round trip without a scan.
+     *
+     * @return array|false ['due' => int, 'delayed' => int, 'in_flight' => int,
+     *         'dead' => int, 'oldest_due_age' => float (seconds the oldest due
+     *         task has been due; 0.0 when none is)]
+     */
+    public function stats(string $name): array|false {}
+
+    /**
+     * Extra: a worker loop for CLI workers. Calls `$handler($task)` for each
+     * task (the array reserve() gives): returning acks it, throwing nacks it
+     * (backoff, or the dead set at its last attempt; the exception is logged
+     * with error_log()). One round trip per job: the ack of a task reserves
+     * the next. The reservation is kept alive while the handler runs.
+     * Connection errors are logged and ridden out. Stops after the task at
+     * hand on RedisQueue::stop(), on SIGTERM or SIGINT when pcntl is loaded
+     * (a second SIGINT kills), after 'max_jobs', or when nothing came within
+     * 'wait'.
+     *
+     * @param array $options 'wait' => seconds to wait for work (null, the
+     *        default: forever; 0: drain what is due), 'visibility' => seconds,
+     *        'heartbeat' => bool (default true), 'max_jobs' => int (0: no limit).
+     * @return int How many tasks were handled.
+     */
+    public function work(string $name, callable $handler, ?array $options = null): int {}
+
+    /**
+     * Extra: asks every work() loop of this process to stop after the task at
+     * hand. work() installs it as the pcntl handler of SIGTERM and SIGINT
+     * (hence its parameters).
+     */
+    public static function stop(?int $signal = null, mixed $info = null): void {}
 
     /** Extra: number of queued tasks, due or delayed (reserved ones excluded). */
     public function len(string $name): int {}
 }
+
+} // namespace
+
+namespace Ferrolock {
+
+/**
+ * Base class of every failure of the modern classes (Python: FerrolockError).
+ * Bad arguments are \TypeError (wrong type) and \ValueError (bad value: NAN,
+ * a negative or over-ten-years duration, an empty or over-4096-byte name, an
+ * unknown option, an invalid URL or connection array), as PHP's own
+ * functions report them.
+ */
+class FerrolockException extends \RuntimeException {}
+
+/** A lock operation failed (Python: LockError). */
+class LockException extends FerrolockException {}
+
+/**
+ * A lock (or a legacy client's queue lock) was not acquired within the
+ * timeout (Python: LockTimeout).
+ */
+class LockTimeoutException extends LockException {}
+
+/**
+ * Release or extend of a lock this object does not hold: never acquired,
+ * released, expired, or taken over (Python: LockNotOwnedError).
+ */
+class LockNotOwnedException extends LockException {}
+
+/**
+ * A hold turned out to be lost (expired or taken over) when its fencing token
+ * was first read (Python: LockLostError).
+ */
+class LockLostException extends LockException {}
+
+/**
+ * Redis could not be reached, did not answer in time, or refused the
+ * credentials (Python: ConnectionError).
+ */
+class ConnectionException extends FerrolockException {}
+
+/**
+ * A distributed lock on one Redis deployment (server, Sentinel master or
+ * Cluster), with the Python package's semantics: key `<prefix><name>`
+ * (default `Lock:<name>`, shared with RedisLock, the legacy classes and
+ * Python), TTL in seconds as a float (no 5 s floor), notification-driven
+ * waits, fencing tokens, optional fairness, reentrancy and auto-renewal.
+ *
+ * The owner is the object (its token), not the process: hand `token()` to
+ * another process, which adopts the hold with `Lock::restore()`. Destroying
+ * the object does not release the lock (its key expires by its TTL; renewal
+ * stops).
+ *
+ * Settings come as named arguments or in `$options` (or both, each setting
+ * once; `$options` also takes `auto_renew` and `min_replicas`):
+ * - ttl (int|float, default 30): lifetime of the key in seconds, from 0.001;
+ * - timeout (int|float|null, default null): acquire()'s default wait; null
+ *   waits as long as it takes, 0 tries once;
+ * - autoRenew (bool, default true): renew the TTL every ttl/3 in the
+ *   background while held (lost() turns true if that fails);
+ * - reentrant (bool, default false): nested acquires by this object count up;
+ * - fair (bool, default false): waiters are served in arrival order;
+ * - connection (string|array|null): a URL or a connection array as the legacy
+ *   classes take it (host, port, password, database, url, username, timeout,
+ *   tls); `url` (string): a URL; neither: ini ferrolock.url, else
+ *   $REDIS_URL, else redis://127.0.0.1:6379/0;
+ * - prefix (string, default 'Lock:'): key prefix;
+ * - minReplicas (int, default 0): confirm each acquire on that many replicas.
+ */
+final class Lock
+{
+    /**
+     * Nothing is sent to Redis until the first operation.
+     *
+     * @param string $name 1 to 4096 bytes, any bytes.
+     * @param array|null $options Settings (see the class).
+     * @throws \ValueError for a bad setting.
+     */
+    public function __construct(
+        string $name,
+        ?array $options = null,
+        int|float|null $ttl = null,
+        int|float|null $timeout = null,
+        ?bool $autoRenew = null,
+        ?bool $reentrant = null,
+        ?bool $fair = null,
+        string|array|null $connection = null,
+        ?string $url = null,
+        ?string $prefix = null,
+        ?int $minReplicas = null,
+    ) {}
+
+    /**
+     * Adopts the hold of `$token` (another object's or process's `token()`:
+     * Laravel's restoreLock, a serialized Symfony key): a lock that holds it
+     * (checked in Redis, its TTL left as it is), with the same settings as the
+     * constructor. Its fencing token is drawn anew when first read.
+     *
+     * @throws LockNotOwnedException when the token holds nothing (anymore).
+     */
+    public static function restore(
+        string $name,
+        string $token,
+        ?array $options = null,
+        int|float|null $ttl = null,
+        int|float|null $timeout = null,
+        ?bool $autoRenew = null,
+        ?bool $reentrant = null,
+        ?bool $fair = null,
+        string|array|null $connection = null,
+        ?string $url = null,
+        ?string $prefix = null,
+        ?int $minReplicas = null,
+    ): Lock {}
+
+    /**
+     * Takes the lock. True when acquired, false when the wait ran out.
+     *
+     * @param int|float|null $timeout null: the lock's timeout (null there too:
+     *        wait as long as it takes); 0: try once; else up to that many
+     *        seconds (at most ten years; NAN, INF or negative: \ValueError).
+     */
+    public function acquire(int|float|null $timeout = null): bool {}
+
+    /**
+     * Releases the lock (a reentrant one: the last nested release does).
+     *
+     * @throws LockNotOwnedException when this object does not hold it.
+     */
+    public function release(): void {}
+
+    /**
+     * Sets the remaining TTL of the hold to `$ttl` seconds (null: the lock's
+     * ttl); replaces, does not add.
+     *
+     * @throws LockNotOwnedException when not held.
+     */
+    public function extend(int|float|null $ttl = null): void {}
+
+    /** True when anyone holds the lock. */
+    public function locked(): bool {}
+
+    /** True when this object holds the lock (checked in Redis). */
+    public function owned(): bool {}
+
+    /** The owner token of the current hold (null when not held). */
+    public function token(): ?string {}
+
+    /**
+     * The fencing token of the current hold: an integer that strictly
+     * increases per name across all holders (null when not held). The first
+     * read of a hold taken uncontended asks Redis.
+     *
+     * @throws LockLostException when that read finds the hold gone.
+     */
+    public function fencingToken(): ?int {}
+
+    /** True once the hold was lost (renewal failed, release/extend found it taken). */
+    public function lost(): bool {}
+
+    /**
+     * Frees the lock whoever holds it (for operators: a stuck holder); the
+     * oldest waiter gets it, as on a release. True when a hold was ended.
+     */
+    public function forceRelease(): bool {}
+
+    /** The lock's name. */
+    public function name(): string {}
+
+    /** The lock's ttl in seconds. */
+    public function ttl(): float {}
+
+    /** acquire()'s default wait in seconds (null: as long as it takes). */
+    public function timeout(): ?float {}
+}
+
+/**
+ * A task queue (sorted set `<prefix><name>`, default `Queue:<name>`, score =
+ * due unix time), shared with RedisQueue, legacy clients and Python, with the
+ * Python package's semantics. `count($queue)` counts the queued tasks.
+ *
+ * Settings as named arguments or in `$options` (`lock_prefix` too):
+ * connection / url (as for Lock), prefix (default 'Queue:'), visibility
+ * (int|float seconds a reserved task stays reserved, default 30), lockPrefix
+ * (prefix of the legacy queue lock `<lockPrefix><prefix><name>`, default
+ * 'Lock:').
+ */
+final class Queue implements \Countable
+{
+    /** @throws \ValueError for a bad setting. */
+    public function __construct(
+        string $name,
+        ?array $options = null,
+        string|array|null $connection = null,
+        ?string $url = null,
+        ?string $prefix = null,
+        int|float|null $visibility = null,
+        ?string $lockPrefix = null,
+    ) {}
+
+    /**
+     * Adds one id or an array of ids (each 1 to 4096 bytes), due `$delay`
+     * seconds from now (negative: earlier), in one round trip. Ids already
+     * queued keep their score. Returns how many were new.
+     *
+     * @throws LockTimeoutException while a legacy client holds the queue lock
+     *         for more than 10 s.
+     */
+    public function enqueue(string|int|array $ids, int|float|null $delay = 0): int {}
+
+    /**
+     * Takes due tasks, lowest score first, waiting up to `$wait` seconds for
+     * one (woken by enqueues).
+     *
+     * @return Task|list<Task>|null `$count` null: a Task or null; an int >= 1:
+     *         a list of up to that many (maybe empty).
+     */
+    public function pop(?int $count = null, int|float|null $wait = 0): Task|array|null {}
+
+    /**
+     * The tasks pop() would take, without taking them (same shapes).
+     *
+     * @return Task|list<Task>|null
+     */
+    public function top(?int $count = null): Task|array|null {}
+
+    /** Removes `$id` if its score is still exactly `$score`. */
+    public function dequeue(string|int $id, float $score): bool {}
+
+    /**
+     * Reserves one due task for `$visibility` seconds (null: the queue's),
+     * waiting up to `$wait` seconds for one. Ack it (or nack it); a task not
+     * acked in time returns to the queue.
+     */
+    public function reserve(int|float|null $wait = 0, int|float|null $visibility = null): ?Task {}
+
+    /** Number of queued tasks, due or delayed (reserved ones not counted). */
+    public function count(): int {}
+
+    /** The queue's name. */
+    public function name(): string {}
+}
+
+/** A task taken from (or read in) a Queue; made by Queue methods only. */
+final class Task
+{
+    /** @throws \Exception always: tasks come from Queue methods. */
+    public function __construct() {}
+
+    /** The task id. */
+    public function id(): string {}
+
+    /** Its score: the unix time (seconds, float) at which it was due. */
+    public function score(): float {}
+
+    /** The receipt of a reserved task (null for a popped or read one). */
+    public function receipt(): ?string {}
+
+    /** For a reserved task: the unix time after which it returns to the queue. */
+    public function deadline(): ?float {}
+
+    /**
+     * Acknowledges a reserved task: done, it leaves for good. False when the
+     * reservation was lost (it expired and went back to the queue).
+     *
+     * @throws \LogicException for a task that was popped or read, not reserved.
+     */
+    public function ack(): bool {}
+
+    /**
+     * Gives a reserved task back, due after `$delay` seconds, or after its
+     * backoff when null (at its last attempt it goes to the dead set). False
+     * when the reservation was lost.
+     *
+     * @throws \LogicException for a task that was popped or read, not reserved.
+     */
+    public function nack(int|float|null $delay = null): bool {}
+}
+
+} // namespace Ferrolock

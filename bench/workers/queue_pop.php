@@ -5,7 +5,7 @@
  * count tasks handed to two consumers.
  * Usage: queue_pop.php ferrolock|legacy <url> <queue> <seconds> [<start_at_ns>]
  */
-require __DIR__ . '/../../tests/php/legacy/LegacyRedis.php';
+require __DIR__ . '/common.php';
 [, $impl, $url, $name, $seconds] = $argv;
 $startAt = (int) ($argv[5] ?? 0);
 putenv("REDIS_URL=$url");

@@ -1,7 +1,7 @@
 <?php
 /** Uncontended lock+unlock pairs per second from PHP.
  *  Usage: uncontended.php ferrolock|legacy <url> <seconds> */
-require __DIR__ . '/../../tests/php/legacy/LegacyRedis.php';
+require __DIR__ . '/common.php';
 [, $impl, $url, $seconds] = $argv;
 putenv("REDIS_URL=$url");
 $lock = $impl === 'legacy' ? new LegacyRedisLock() : new RedisLock($url);

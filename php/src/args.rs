@@ -112,13 +112,23 @@ pub struct At {
 /// `TypeError: f(): Argument #n ($name) must be of type T, U given`.
 pub fn type_error(at: &At, expected: &str, got: &str) -> PhpException {
     PhpException::new(
-        format!(
-            "{}(): Argument #{} (${}) must be of type {expected}, {got} given",
-            at.function, at.position, at.name
-        ),
+        format!("{at} must be of type {expected}, {got} given"),
         0,
         ce::type_error(),
     )
+}
+
+/// `f(): Argument #n ($name)`, the method named as PHP shows it.
+impl std::fmt::Display for At {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}(): Argument #{} (${})",
+            crate::legacy::qualify(self.function),
+            self.position,
+            self.name
+        )
+    }
 }
 
 /// A numeric string as PHP reads it for typed parameters (leading and
@@ -255,10 +265,11 @@ impl Param for Option<NumArg> {
 }
 
 /// A wait timeout in seconds, capped at the longest duration the core takes
-/// (ten years): a longer wait (`PHP_INT_MAX`, `INF`) means "as long as it
-/// takes", not a mistake. NaN and negative values are left for the caller.
+/// (ten years): a longer finite wait (`PHP_INT_MAX`, `1e300`) means "as long
+/// as it takes", not a mistake. NaN, infinities and negative values are left
+/// for the caller (to refuse: issue 26.5).
 pub fn cap_wait(seconds: f64) -> f64 {
-    if seconds > ferrolock::validate::MAX_SECONDS {
+    if seconds.is_finite() && seconds > ferrolock::validate::MAX_SECONDS {
         ferrolock::validate::MAX_SECONDS
     } else {
         seconds
@@ -365,4 +376,115 @@ pub fn bytes_zval(bytes: &[u8]) -> Zval {
     let mut z = Zval::new();
     z.set_binary(bytes.to_vec());
     z
+}
+
+/// An optional `int|float` parameter of the modern classes: `null` (or
+/// omitted) is `None`, "the default".
+pub struct OptNum(Option<Result<f64, String>>);
+
+impl From<i64> for OptNum {
+    fn from(v: i64) -> Self {
+        OptNum(Some(Ok(v as f64)))
+    }
+}
+
+impl<'a> FromZval<'a> for OptNum {
+    const TYPE: DataType = DataType::Double;
+    fn from_zval(z: &'a Zval) -> Option<Self> {
+        Some(OptNum((!z.is_null()).then(|| float_of(z))))
+    }
+}
+
+impl Param for Option<OptNum> {
+    type Value = Option<f64>;
+    fn read(self, at: &At) -> PhpResult<Option<f64>> {
+        match self.and_then(|a| a.0) {
+            None => Ok(None),
+            Some(v) => v
+                .map(Some)
+                .map_err(|got| type_error(at, "int|float|null", &got)),
+        }
+    }
+}
+
+/// A boolean as PHP coerces one for a `bool` parameter: bools, ints, floats
+/// and strings (by their truth value); `Err(type)` for anything else.
+pub fn bool_of(z: &Zval) -> Result<bool, String> {
+    if z.is_bool() || z.is_long() || z.is_double() || z.is_string() {
+        Ok(z.coerce_to_bool())
+    } else {
+        Err(type_name(z))
+    }
+}
+
+/// An optional `bool` parameter of the modern classes (`null`: the default).
+pub struct OptBool(Option<Result<bool, String>>);
+
+impl<'a> FromZval<'a> for OptBool {
+    const TYPE: DataType = DataType::Bool;
+    fn from_zval(z: &'a Zval) -> Option<Self> {
+        Some(OptBool((!z.is_null()).then(|| bool_of(z))))
+    }
+}
+
+impl Param for Option<OptBool> {
+    type Value = Option<bool>;
+    fn read(self, at: &At) -> PhpResult<Option<bool>> {
+        match self.and_then(|a| a.0) {
+            None => Ok(None),
+            Some(v) => v.map(Some).map_err(|got| type_error(at, "?bool", &got)),
+        }
+    }
+}
+
+/// An optional `string` parameter of the modern classes (`null`: the default).
+pub struct OptStr(Option<Result<Vec<u8>, String>>);
+
+impl<'a> FromZval<'a> for OptStr {
+    const TYPE: DataType = DataType::String;
+    fn from_zval(z: &'a Zval) -> Option<Self> {
+        Some(OptStr(
+            (!z.is_null()).then(|| scalar_bytes(z).ok_or_else(|| type_name(z))),
+        ))
+    }
+}
+
+impl Param for Option<OptStr> {
+    type Value = Option<Vec<u8>>;
+    fn read(self, at: &At) -> PhpResult<Option<Vec<u8>>> {
+        match self.and_then(|a| a.0) {
+            None => Ok(None),
+            Some(v) => v.map(Some).map_err(|got| type_error(at, "?string", &got)),
+        }
+    }
+}
+
+/// An optional `int` parameter of the modern classes (`null`: the default).
+pub struct OptInt(Option<IntArg>);
+
+impl<'a> FromZval<'a> for OptInt {
+    const TYPE: DataType = DataType::Long;
+    fn from_zval(z: &'a Zval) -> Option<Self> {
+        Some(OptInt(if z.is_null() {
+            None
+        } else {
+            IntArg::from_zval(z)
+        }))
+    }
+}
+
+impl Param for Option<OptInt> {
+    type Value = Option<i64>;
+    fn read(self, at: &At) -> PhpResult<Option<i64>> {
+        match self.and_then(|a| a.0) {
+            None => Ok(None),
+            Some(v) => v.0.map(Some).map_err(|got| type_error(at, "?int", &got)),
+        }
+    }
+}
+
+/// A float read from any zval as PHP coerces one for a `float` parameter
+/// (for values of an options array).
+pub fn number_of(z: &Zval) -> Result<f64, String> {
+    float_of(z)
 }

@@ -6,8 +6,6 @@
 //! `timeout`, `servers` (Redlock: a list of URLs), `fair`, `auto_renew`,
 //! `prefix` and `lock_prefix`.
 
-use std::ffi::{CStr, c_char, c_int};
-
 use ext_php_rs::exception::{PhpException, PhpResult};
 use ext_php_rs::types::Zval;
 use ferrolock::{Client, UrlParts};
@@ -15,33 +13,12 @@ use ferrolock::{Client, UrlParts};
 use crate::args::{Args, scalar_bytes, type_error, type_name};
 use crate::errors::{exception, lock_exception};
 
-unsafe extern "C" {
-    // Zend API (not in ext-php-rs' bindings), resolved when PHP loads the extension.
-    fn zend_ini_string_ex(
-        name: *const c_char,
-        len: usize,
-        orig: c_int,
-        exists: *mut bool,
-    ) -> *mut c_char;
-}
-
 /// The name of the ini entry holding the default URL.
 pub const INI_URL: &str = "ferrolock.url";
 
 /// The current value of `ferrolock.url` (empty when unset).
 fn ini_url() -> String {
-    let mut exists = false;
-    // SAFETY: the name pointer/length describe a valid string; PHP returns a
-    // NUL-terminated string owned by the ini table, or NULL.
-    let value =
-        unsafe { zend_ini_string_ex(INI_URL.as_ptr().cast(), INI_URL.len(), 0, &mut exists) };
-    if value.is_null() {
-        return String::new();
-    }
-    // SAFETY: non-null, NUL-terminated, valid for the duration of this call.
-    unsafe { CStr::from_ptr(value) }
-        .to_string_lossy()
-        .into_owned()
+    crate::legacy::ini_string(INI_URL)
 }
 
 /// Everything a constructor's `$param` can say.
@@ -60,16 +37,58 @@ pub struct Settings {
     pub lock_prefix: Option<Vec<u8>>,
 }
 
-fn client(url: &str) -> PhpResult<Client> {
-    Client::shared(url).map_err(exception)
+/// How the settings' errors are reported: the legacy classes throw
+/// `RedisLockException` for every connection problem; the modern ones
+/// `\ValueError` for a bad setting, `Ferrolock\ConnectionException` for an
+/// unreachable server (see `errors::modern`).
+#[derive(Clone, Copy)]
+pub enum Policy {
+    /// `RedisLock`, `RedisQueue`.
+    Legacy,
+    /// `Ferrolock\Lock`, `Ferrolock\Queue`: the method and parameter, as
+    /// `Ferrolock\Lock::__construct(): Argument #3 ($connection)`.
+    Modern(&'static str),
+}
+
+impl Policy {
+    fn error(self, e: ferrolock::Error) -> PhpException {
+        match self {
+            Policy::Legacy => exception(e),
+            Policy::Modern(what) => crate::errors::modern(what, e),
+        }
+    }
+
+    /// A setting of the connection array that cannot be used.
+    fn bad(self, message: String) -> PhpException {
+        match self {
+            Policy::Legacy => lock_exception(message),
+            Policy::Modern(what) => crate::errors::value_error(format!("{what}: {message}")),
+        }
+    }
+
+    fn client(self, url: &str) -> PhpResult<Client> {
+        Client::shared(url).map_err(|e| self.error(e))
+    }
+}
+
+/// The server named by the ini `ferrolock.url`, else `$REDIS_URL`, else the
+/// default URL.
+pub fn default_url() -> String {
+    let ini = ini_url();
+    if ini.trim().is_empty() {
+        ferrolock::default_url()
+    } else {
+        ini
+    }
 }
 
 // Values of the connection array. A value that would otherwise be dropped or
 // replaced (and so connect to another server or database than the caller
-// named) is a `RedisLockException`, as a bad URL is; `null` means "not set".
+// named) is refused (`RedisLockException`), as a bad URL is; `null` means
+// "not set".
 
 /// `connection array: 'port' must be …, got …` (a secret's value is not shown).
-fn bad_value(key: &str, allowed: &str, value: &Zval, secret: bool) -> PhpException {
+fn bad_value(key: &str, allowed: &str, value: &Zval, secret: bool) -> String {
     let got = if secret {
         type_name(value)
     } else if let Some(s) = value.zend_str() {
@@ -86,13 +105,11 @@ fn bad_value(key: &str, allowed: &str, value: &Zval, secret: bool) -> PhpExcepti
     } else {
         type_name(value)
     };
-    lock_exception(format!(
-        "connection array: '{key}' must be {allowed}, got {got}"
-    ))
+    format!("connection array: '{key}' must be {allowed}, got {got}")
 }
 
 /// A string setting (ints and floats converted as PHP does).
-fn text(key: &str, value: &Zval, secret: bool) -> PhpResult<Option<String>> {
+fn text(key: &str, value: &Zval, secret: bool) -> Result<Option<String>, String> {
     if value.is_null() {
         return Ok(None);
     }
@@ -107,7 +124,7 @@ fn text(key: &str, value: &Zval, secret: bool) -> PhpResult<Option<String>> {
 }
 
 /// A binary-safe string setting (key prefixes).
-fn bytes(key: &str, value: &Zval) -> PhpResult<Option<Vec<u8>>> {
+fn bytes(key: &str, value: &Zval) -> Result<Option<Vec<u8>>, String> {
     if value.is_null() {
         return Ok(None);
     }
@@ -139,7 +156,7 @@ fn integer(value: &Zval) -> Option<i64> {
 }
 
 /// `port`: 1 to 65535.
-fn port(key: &str, value: &Zval) -> PhpResult<Option<u16>> {
+fn port(key: &str, value: &Zval) -> Result<Option<u16>, String> {
     if value.is_null() {
         return Ok(None);
     }
@@ -151,7 +168,7 @@ fn port(key: &str, value: &Zval) -> PhpResult<Option<u16>> {
 }
 
 /// `database`: a database number, 0 or more.
-fn database(key: &str, value: &Zval) -> PhpResult<Option<i64>> {
+fn database(key: &str, value: &Zval) -> Result<Option<i64>, String> {
     if value.is_null() {
         return Ok(None);
     }
@@ -162,7 +179,7 @@ fn database(key: &str, value: &Zval) -> PhpResult<Option<i64>> {
 }
 
 /// `timeout`: seconds, a finite number >= 0 (0: the default timeout).
-fn timeout(key: &str, value: &Zval) -> PhpResult<Option<f64>> {
+fn timeout(key: &str, value: &Zval) -> Result<Option<f64>, String> {
     if value.is_null() {
         return Ok(None);
     }
@@ -189,10 +206,15 @@ fn timeout(key: &str, value: &Zval) -> PhpResult<Option<f64>> {
     }
 }
 
-/// Reads `$param`, the only parameter of `function`, a constructor (see the
-/// module documentation).
+/// Reads `$param`, the only parameter of `function`, a legacy constructor
+/// (see the module documentation).
 pub fn settings(function: &'static str, param: Option<&Zval>) -> PhpResult<Settings> {
-    let at = Args::new(function).at("param");
+    read(Args::new(function).at("param"), param, Policy::Legacy)
+}
+
+/// Reads a connection (a URL, a connection array, or null) at `at`, reporting
+/// problems as `policy` says.
+pub fn read(at: crate::args::At, param: Option<&Zval>, policy: Policy) -> PhpResult<Settings> {
     let mut out = Settings {
         client: None,
         servers: Vec::new(),
@@ -201,21 +223,13 @@ pub fn settings(function: &'static str, param: Option<&Zval>) -> PhpResult<Setti
         prefix: None,
         lock_prefix: None,
     };
-    let default_url = || {
-        let ini = ini_url();
-        if ini.trim().is_empty() {
-            ferrolock::default_url()
-        } else {
-            ini
-        }
-    };
-    let param = param.filter(|z| !z.is_null());
+    let param = param.map(Zval::dereference).filter(|z| !z.is_null());
     let Some(param) = param else {
-        out.client = Some(client(&default_url())?);
+        out.client = Some(policy.client(&default_url())?);
         return Ok(out);
     };
     if let Some(url) = param.str() {
-        out.client = Some(client(url)?);
+        out.client = Some(policy.client(url)?);
         return Ok(out);
     }
     let Some(array) = param.array() else {
@@ -223,30 +237,42 @@ pub fn settings(function: &'static str, param: Option<&Zval>) -> PhpResult<Setti
     };
     let mut parts = UrlParts::default();
     let mut url = None;
+    let mut located = Vec::new(); // 'host', 'port': where the server is
     for (key, value) in array.iter() {
         let key = key.to_string();
         let key = key.as_str();
         // A value held by reference (`'host' => &$host`, or left so by
         // `foreach ($config as &$v)`) counts as the value it refers to.
         let value = value.dereference();
+        let set = |r: Result<(), String>| r.map_err(|m| policy.bad(m));
         match key {
             // Secret: a URL may carry a password.
-            "url" => url = text(key, value, true)?,
-            "host" => parts.host = text(key, value, false)?,
-            "port" => parts.port = port(key, value)?,
+            "url" => set(text(key, value, true).map(|v| url = v))?,
+            "host" => {
+                set(text(key, value, false).map(|v| parts.host = v))?;
+                if parts.host.is_some() {
+                    located.push(key.to_owned());
+                }
+            }
+            "port" => {
+                set(port(key, value).map(|v| parts.port = v))?;
+                if parts.port.is_some() {
+                    located.push(key.to_owned());
+                }
+            }
             "username" | "user" => {
-                parts.username = text(key, value, false)?.filter(|s| !s.is_empty());
+                set(text(key, value, false).map(|v| parts.username = v.filter(|s| !s.is_empty())))?
             }
             "password" | "auth" | "pass" => {
-                parts.password = text(key, value, true)?.filter(|s| !s.is_empty());
+                set(text(key, value, true).map(|v| parts.password = v.filter(|s| !s.is_empty())))?
             }
-            "database" | "db" | "dbindex" => parts.db = database(key, value)?,
-            "timeout" => parts.timeout = timeout(key, value)?,
+            "database" | "db" | "dbindex" => set(database(key, value).map(|v| parts.db = v))?,
+            "timeout" => set(timeout(key, value).map(|v| parts.timeout = v))?,
             "tls" | "ssl" => parts.tls = value.coerce_to_bool(),
             "fair" => out.fair = value.coerce_to_bool(),
             "auto_renew" => out.auto_renew = value.coerce_to_bool(),
-            "prefix" => out.prefix = bytes(key, value)?,
-            "lock_prefix" => out.lock_prefix = bytes(key, value)?,
+            "prefix" => set(bytes(key, value).map(|v| out.prefix = v))?,
+            "lock_prefix" => set(bytes(key, value).map(|v| out.lock_prefix = v))?,
             "servers" => {
                 let Some(list) = value.array() else {
                     return Err(type_error(
@@ -263,20 +289,32 @@ pub fn settings(function: &'static str, param: Option<&Zval>) -> PhpResult<Setti
                             &type_name(server),
                         ));
                     };
-                    out.servers.push(client(u)?);
+                    out.servers.push(policy.client(u)?);
                 }
             }
             _ => {} // legacy factory arrays carry other settings (persistent, …)
         }
     }
     let url = match url {
-        Some(u) => u,
+        // The other settings apply to the URL (issue 18.4); a host or port
+        // besides it would name a second server.
+        Some(_) if !located.is_empty() => {
+            return Err(policy.bad(format!(
+                "connection array: 'url' cannot be combined with '{}': put the server in the URL",
+                located.join("', '")
+            )));
+        }
+        Some(u) => parts
+            .apply_to(&u)
+            .map_err(|e| policy.bad(format!("connection array: {}", e.message())))?,
         // Only options, or settings such as a timeout: the default server.
-        None if !parts.names_a_server() => parts.apply_to(&default_url()).map_err(exception)?,
-        None => parts.to_url().map_err(exception)?,
+        None if !parts.names_a_server() => parts
+            .apply_to(&default_url())
+            .map_err(|e| policy.bad(format!("connection array: {}", e.message())))?,
+        None => parts.to_url().map_err(|e| policy.error(e))?,
     };
     if out.servers.is_empty() {
-        out.client = Some(client(&url)?);
+        out.client = Some(policy.client(&url)?);
     }
     Ok(out)
 }

@@ -14,6 +14,13 @@ unsafe extern "C" {
     // SPL is always compiled into PHP; its class entries are set before any
     // extension's MINIT.
     static spl_ce_RuntimeException: *mut ClassEntry;
+    static spl_ce_LogicException: *mut ClassEntry;
+}
+
+/// A `\LogicException` (a method called on an object that cannot do it).
+pub fn logic_exception(message: impl Into<String>) -> PhpException {
+    // SAFETY: a valid class entry for the whole life of the PHP process.
+    PhpException::new(message.into(), 0, unsafe { &*spl_ce_LogicException })
 }
 
 /// `\RuntimeException`'s class entry.
@@ -24,7 +31,7 @@ fn runtime_exception() -> &'static ClassEntry {
 
 /// `class RedisLockException extends RuntimeException {}`: Redis could not be
 /// reached or answered with an error, or the connection settings (URL or
-/// array) are invalid.
+/// array) are invalid. Also `Ferrolock\RedisLockException` (see `legacy.rs`).
 ///
 /// A plain Zend subclass, declared at MINIT, rather than a `#[php_class]`:
 /// ext-php-rs (0.15) gives a `#[php_class]` its own object handler and
@@ -35,22 +42,134 @@ fn runtime_exception() -> &'static ClassEntry {
 pub struct RedisLockException;
 
 impl RedisLockException {
-    /// The PHP class name.
+    /// The PHP class name (legacy).
     pub const NAME: &'static str = "RedisLockException";
 
-    /// Declares the class (at MINIT).
+    /// Declares the class (at MINIT), under its legacy or namespaced name.
     pub fn declare() -> ext_php_rs::error::Result<()> {
-        ClassBuilder::new(Self::NAME)
+        ClassBuilder::new(crate::legacy::class_name(Self::NAME))
             .extends((runtime_exception, "\\RuntimeException"))
             .registration(|_| {}) // found by name instead (see above)
-            .register()
+            .register()?;
+        if crate::legacy::global_names() {
+            crate::legacy::name_declared(Self::NAME)?; // the namespaced alias
+        }
+        Ok(())
     }
 
     /// The class entry (`\RuntimeException` before MINIT declared it, which
     /// cannot happen: no method runs before MINIT).
     fn class() -> &'static ClassEntry {
-        ClassEntry::try_find(Self::NAME).unwrap_or_else(runtime_exception)
+        ClassEntry::try_find(&crate::legacy::class_name(Self::NAME))
+            .unwrap_or_else(runtime_exception)
     }
+}
+
+/// The exceptions of the modern classes, mirroring the Python package's:
+/// `Ferrolock\FerrolockException extends \RuntimeException`, and under it
+/// the lock and connection failures. Declared at MINIT like
+/// `RedisLockException` (plain Zend subclasses, found by name when thrown).
+/// Bad arguments are PHP's own `\TypeError` and `\ValueError`, as Python's
+/// are its builtin `TypeError` and `ValueError`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exc {
+    /// `Ferrolock\FerrolockException` (Python: `FerrolockError`).
+    Ferrolock,
+    /// `Ferrolock\LockException` (`LockError`).
+    Lock,
+    /// `Ferrolock\LockTimeoutException` (`LockTimeout`).
+    Timeout,
+    /// `Ferrolock\LockNotOwnedException` (`LockNotOwnedError`).
+    NotOwned,
+    /// `Ferrolock\LockLostException` (`LockLostError`).
+    Lost,
+    /// `Ferrolock\ConnectionException` (`ConnectionError`).
+    Connection,
+}
+
+impl Exc {
+    /// Every class, parents first.
+    pub const ALL: [Exc; 6] = [
+        Exc::Ferrolock,
+        Exc::Lock,
+        Exc::Timeout,
+        Exc::NotOwned,
+        Exc::Lost,
+        Exc::Connection,
+    ];
+
+    /// The PHP class name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Exc::Ferrolock => "Ferrolock\\FerrolockException",
+            Exc::Lock => "Ferrolock\\LockException",
+            Exc::Timeout => "Ferrolock\\LockTimeoutException",
+            Exc::NotOwned => "Ferrolock\\LockNotOwnedException",
+            Exc::Lost => "Ferrolock\\LockLostException",
+            Exc::Connection => "Ferrolock\\ConnectionException",
+        }
+    }
+
+    /// The parent class: a class entry finder and its name.
+    fn parent(self) -> (fn() -> &'static ClassEntry, &'static str) {
+        fn ferrolock() -> &'static ClassEntry {
+            Exc::Ferrolock.class()
+        }
+        fn lock() -> &'static ClassEntry {
+            Exc::Lock.class()
+        }
+        match self {
+            Exc::Ferrolock => (runtime_exception, "\\RuntimeException"),
+            Exc::Lock | Exc::Connection => (ferrolock, Exc::Ferrolock.name()),
+            Exc::Timeout | Exc::NotOwned | Exc::Lost => (lock, Exc::Lock.name()),
+        }
+    }
+
+    /// Declares every class (at MINIT).
+    pub fn declare_all() -> ext_php_rs::error::Result<()> {
+        for exc in Self::ALL {
+            ClassBuilder::new(exc.name())
+                .extends(exc.parent())
+                .registration(|_| {})
+                .register()?;
+        }
+        Ok(())
+    }
+
+    fn class(self) -> &'static ClassEntry {
+        ClassEntry::try_find(self.name())
+            .or_else(|| crate::legacy::find_class(self.name())) // at MINIT
+            .unwrap_or_else(runtime_exception)
+    }
+
+    /// A new exception of this class.
+    pub fn err(self, message: impl Into<String>) -> PhpException {
+        PhpException::new(message.into(), 0, self.class())
+    }
+}
+
+/// A core error as the modern classes report it: a bad argument is a
+/// `\ValueError` (`what` names the method, e.g. `Ferrolock\Lock::extend()`),
+/// the rest one of the [`Exc`] classes.
+pub fn modern(what: &str, e: ferrolock::Error) -> PhpException {
+    let message = e.to_string();
+    let class = match e.kind() {
+        ErrorKind::InvalidArgument | ErrorKind::Config => {
+            return value_error(format!("{what}: {message}"));
+        }
+        ErrorKind::Connection | ErrorKind::Auth | ErrorKind::Timeout => Exc::Connection,
+        ErrorKind::NotOwned => Exc::NotOwned,
+        ErrorKind::Lost => Exc::Lost,
+        ErrorKind::QueueLocked => Exc::Timeout,
+        ErrorKind::Quorum => Exc::Lock,
+        _ => Exc::Ferrolock,
+    };
+    class.err(message)
+}
+
+/// PHP's `\ValueError` with `message`.
+pub fn value_error(message: impl Into<String>) -> PhpException {
+    PhpException::new(message.into(), 0, ext_php_rs::zend::ce::value_error())
 }
 
 /// A `RedisLockException` with `message`.

@@ -1,10 +1,16 @@
-//! The ferrolock PHP extension: `RedisLock`, `RedisQueue` and
-//! `RedisLockException`, drop-in replacements for the legacy classes.
+//! The ferrolock PHP extension.
+//!
+//! - The legacy classes `RedisLock`, `RedisQueue` and `RedisLockException`,
+//!   drop-in replacements for the hand-written ones (`lock.rs`, `queue.rs`),
+//!   also named `Ferrolock\RedisLock`, … and, with ini
+//!   `ferrolock.legacy_classes` off, only so (`legacy.rs`).
+//! - The modern classes `Ferrolock\Lock`, `Ferrolock\Queue`, `Ferrolock\Task`
+//!   and their exceptions, with the Python package's semantics (`modern/`).
 //!
 //! Thin by design: arguments are converted with PHP's rules (`args.rs`), the
 //! connection is resolved from `$param` (`connect.rs`), errors follow one
-//! policy (`errors.rs`), and every semantic is the `ferrolock` crate's. No
-//! Rust panic may cross into PHP: every method body runs inside
+//! policy per family (`errors.rs`), and every semantic is the `ferrolock`
+//! crate's. No Rust panic may cross into PHP: every method body runs inside
 //! `errors::guard`.
 // PHP parameter names are camelCase ($waitIntervalUs): ext-php-rs uses the
 // Rust identifiers as they are.
@@ -14,7 +20,9 @@
 mod args;
 mod connect;
 mod errors;
+mod legacy;
 mod lock;
+mod modern;
 mod queue;
 
 use std::ffi::c_int;
@@ -27,20 +35,34 @@ unsafe extern "C" {
     fn zend_unregister_ini_entries_ex(module_number: c_int, module_type: c_int);
 }
 
-/// MINIT: the exception class and the `ferrolock.url` ini entry (ext-php-rs
-/// registers `RedisLock` and `RedisQueue` right after).
+/// MINIT: the ini entries (`ferrolock.url`, `ferrolock.legacy_classes`),
+/// the exception classes and the legacy classes under the names the ini
+/// chooses (ext-php-rs registers the modern classes right after).
 pub fn startup(_ty: i32, module_number: i32) -> i32 {
-    if errors::RedisLockException::declare().is_err() {
-        return -1; // FAILURE: PHP reports the extension as not loadable
-    }
     IniEntryDef::register(
-        vec![IniEntryDef::new(
-            connect::INI_URL.into(),
-            String::new(),
-            &IniEntryPermission::All,
-        )],
+        vec![
+            IniEntryDef::new(
+                connect::INI_URL.into(),
+                String::new(),
+                &IniEntryPermission::All,
+            ),
+            // Classes are declared once per process: php.ini or -d only.
+            IniEntryDef::new(
+                legacy::INI_LEGACY_CLASSES.into(),
+                "1".into(),
+                &IniEntryPermission::System,
+            ),
+        ],
         module_number,
     );
+    legacy::read_ini();
+    let declared = errors::RedisLockException::declare()
+        .and_then(|()| errors::Exc::declare_all())
+        .and_then(|()| legacy::register::<lock::RedisLock>())
+        .and_then(|()| legacy::register::<queue::RedisQueue>());
+    if declared.is_err() {
+        return -1; // FAILURE: PHP reports the extension as not loadable
+    }
     0
 }
 
@@ -61,8 +83,9 @@ pub fn get_module(module: ModuleBuilder<'_>) -> ModuleBuilder<'_> {
     module
         .name("ferrolock")
         .version(env!("CARGO_PKG_VERSION"))
-        .class::<lock::RedisLock>()
-        .class::<queue::RedisQueue>()
+        .class::<modern::lock::Lock>()
+        .class::<modern::queue::Queue>()
+        .class::<modern::queue::Task>()
         .shutdown_function(module_shutdown)
         .request_shutdown_function(request_shutdown)
 }

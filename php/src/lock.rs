@@ -10,7 +10,7 @@ use ext_php_rs::prelude::*;
 use ext_php_rs::types::{ZendClassObject, Zval};
 use ferrolock::{Client, DistributedLock, ErrorKind, Lock, LockOptions, Redlock, Wait, validate};
 
-use crate::args::{IntArg, NumArg, StrArg, cap_wait, read_args};
+use crate::args::{IntArg, NumArg, StrArg, cap_wait, float_bytes, read_args};
 use crate::connect::settings;
 use crate::errors::{exception, guard, lock_exception, settle, warn};
 
@@ -96,7 +96,9 @@ impl RedisLock {
     }
 
     /// The same object for the whole request (the legacy singleton).
-    pub fn instance() -> PhpResult<&'static mut ZendClassObject<RedisLock>> {
+    /// Declared without a return type: its class is `RedisLock` or, with
+    /// `ferrolock.legacy_classes` off, `Ferrolock\RedisLock`.
+    pub fn instance() -> PhpResult<Zval> {
         guard(|| {
             INSTANCE.with(|slot| {
                 let mut slot = slot.borrow_mut();
@@ -107,16 +109,10 @@ impl RedisLock {
                     object.set_zval(&mut zv, false)?;
                     *slot = Some(zv);
                 }
-                let zobj = slot.as_mut().and_then(Zval::object_mut).ok_or_else(|| {
-                    lock_exception("RedisLock::instance(): singleton slot is empty")
-                })?;
-                let object =
-                    ZendClassObject::<RedisLock>::from_zend_obj_mut(zobj).ok_or_else(|| {
-                        lock_exception("RedisLock::instance(): singleton has the wrong class")
-                    })?;
-                // SAFETY: the object lives in INSTANCE until RSHUTDOWN; the
-                // generated handler turns this reference into a new zval ref at once.
-                Ok(unsafe { &mut *(object as *mut ZendClassObject<RedisLock>) })
+                // A new reference to the object kept until RSHUTDOWN.
+                slot.as_ref()
+                    .map(Zval::shallow_clone)
+                    .ok_or_else(|| lock_exception("RedisLock::instance(): singleton slot is empty"))
             })
         })
     }
@@ -150,7 +146,14 @@ impl RedisLock {
             else {
                 return Ok(false);
             };
-            let wait = if timeout.is_nan() || timeout <= 0.0 {
+            let wait = if !timeout.is_finite() {
+                // NaN or ±INF: bad input (issue 26.5), not "try once".
+                let got = String::from_utf8_lossy(&float_bytes(timeout)).into_owned();
+                warn(&format!(
+                    "timeout must be a finite number of seconds, got {got}"
+                ));
+                return Ok(false);
+            } else if timeout <= 0.0 {
                 Wait::Try
             } else {
                 match settle(validate::seconds(cap_wait(timeout), "timeout", false))? {

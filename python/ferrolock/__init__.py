@@ -8,6 +8,7 @@ Connection: the ``url`` argument, else ``$REDIS_URL``, else
 ``redis://127.0.0.1:6379/0``.
 """
 
+from ferrolock import _green  # noqa: F401  (waits under gevent/eventlet yield to the hub)
 from ferrolock._lock import Lock, Redlock
 from ferrolock._native import (
     ConnectionError,
@@ -16,10 +17,10 @@ from ferrolock._native import (
     LockLostError,
     LockNotOwnedError,
     LockTimeout,
-    Queue,
     Task,
     __version__,
 )
+from ferrolock._queue import Queue
 
 __all__ = [
     "ConnectionError",

@@ -141,6 +141,18 @@ class Lock(_native.Lock, _Forms):
     __slots__ = ()
     __module__ = "ferrolock"
 
+    @classmethod
+    def from_redis(cls, client: Any, name: str, **kwargs: Any) -> Lock:
+        """A lock on the Redis that the redis-py ``client`` talks to (its host,
+        port, db, credentials, TLS, unix socket, Sentinel master or Cluster):
+        ``Lock.from_redis(redis.Redis(db=3), "orders", ttl=10)``. ``kwargs`` are
+        :class:`Lock`'s (all but ``url``). Only the client's settings are read."""
+        if "url" in kwargs:
+            raise TypeError("from_redis() takes the connection from the client: url must not be given")
+        from ferrolock._redispy import url_of
+
+        return cls(name, url=url_of(client), **kwargs)
+
 
 @final
 class Redlock(_native.Redlock, _Forms):

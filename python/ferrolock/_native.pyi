@@ -7,9 +7,9 @@ The public ``ferrolock.Lock`` and ``ferrolock.Redlock`` subclass the native
 """
 
 import builtins
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
-from typing import Final, final, overload
+from typing import Final, Protocol, TypedDict, final, overload
 
 from typing_extensions import Self, disjoint_base
 
@@ -30,7 +30,10 @@ __all__ = [
     "Task",
     "_Cancel",
     "_LockBase",
+    "_Worker",
     "__version__",
+    "_caller_id",
+    "_set_green_hook",
 ]
 
 __version__: str
@@ -44,6 +47,15 @@ DEFAULT_QUEUE_PREFIX: Final = "Queue:"
 DEFAULT_VISIBILITY: Final = 30.0
 """The core's default visibility timeout of reserved tasks, in seconds
 (``ferrolock::DEFAULT_VISIBILITY``)."""
+
+def _set_green_hook(hook: Callable[[], Callable[[int], object] | None]) -> None:
+    """Registers the package's gevent/eventlet hook (``ferrolock/_green.py``):
+    called when ``threading`` is patched, it answers how the current greenlet
+    waits for a file descriptor, or ``None`` when it must not yield."""
+
+def _caller_id() -> int:
+    """``threading.get_ident()`` as it is now: the OS thread's id, or under
+    gevent/eventlet the current greenlet's."""
 
 class FerrolockError(Exception):
     """Base class of every ferrolock error."""
@@ -141,6 +153,7 @@ class _LockBase:
     def _try_acquire_nowait(self) -> bool: ...
     def _enter_cancellable(self, cancel: _Cancel) -> None: ...
 
+@disjoint_base
 class Lock(_LockBase):
     """A distributed lock on one Redis deployment: the native half of
     ``ferrolock.Lock`` (see there)."""
@@ -160,6 +173,14 @@ class Lock(_LockBase):
         legacy_interop: bool | None = None,
     ) -> Self:
         """Create a lock (nothing is sent to Redis yet)."""
+    def _acquire_with_token(
+        self, token: str | bytes, blocking: bool = True, timeout: float | None = None
+    ) -> bool:
+        """``acquire`` with the caller's owner token (UTF-8) instead of a random
+        one (``ferrolock.redis.Lock.acquire(token=...)``)."""
+    def _remaining(self) -> float | None:
+        """Remaining TTL of the key in seconds, whoever holds it (``None``: not
+        held, or no TTL)."""
 
 class Redlock(_LockBase):
     """A lock over several independent Redis masters: the native half of
@@ -177,40 +198,77 @@ class Redlock(_LockBase):
 
 @final
 class Task:
-    """A task id with its score (unix time it was due)."""
+    """A task id with its score (unix time it was due), and for a reserved
+    task its receipt, attempts and deadline. A reserved task is a context
+    manager: ``with task:`` keeps the reservation alive in the background
+    until the block ends, then acks (or nacks when the block raised)."""
 
     @property
     def id(self) -> str: ...
     @property
-    def score(self) -> float: ...
+    def score(self) -> float:
+        """When it was due (unix s); for a task from ``dead()``, when it died."""
     @property
     def receipt(self) -> str | None:
-        """For reserved tasks: the claim that ``ack``/``nack`` present."""
+        """For reserved tasks: the claim that ``ack``/``nack``/``touch``
+        present (it names the task: another task's receipt is refused)."""
+    @property
+    def deadline(self) -> float | None:
+        """For reserved tasks: unix time at which the reservation runs out
+        (as of the reserve; ``touch`` moves it)."""
+    @property
+    def attempts(self) -> int:
+        """How many times it has been reserved, this reservation included
+        (popped, listed and dead tasks: the reservations they had)."""
+    @property
+    def payload(self) -> bytes | None:
+        """The data enqueued with it (a ``str`` payload comes back UTF-8
+        encoded), or ``None``."""
     def ack(self) -> bool:
         """Done with the task. Reserved: remove it if still ours (``False`` when
-        the visibility timeout passed and it went back to the queue). Popped:
-        nothing left to do, ``True``. From ``top()``: ``dequeue(id, score)``."""
-    def nack(self, delay: float = 0.0) -> bool:
-        """Give the task back, due after ``delay`` seconds. Reserved: return it
-        to the queue. Popped: enqueue the id again. From ``top()``: ``False``."""
-    def __enter__(self) -> Self: ...
+        the visibility timeout passed and it went back to the queue); an id
+        enqueued again while in flight is queued now. Popped: nothing left to
+        do, ``True``. From ``top()``: ``dequeue(id, score)``. Dead: ``False``
+        (see ``Queue.retry_dead``/``purge_dead``)."""
+    def nack(self, delay: float | None = None) -> bool:
+        """Give the task back. Reserved: due again after ``delay`` seconds, or
+        after its backoff when ``None``; at its last attempt it goes to the dead
+        set instead (``True`` either way; ``False`` when the reservation was
+        lost). Popped: enqueue the id again (``delay`` default 0). From
+        ``top()`` or ``dead()``: ``False``."""
+    def touch(self, visibility: float | None = None) -> bool:
+        """Extend the reservation: it now runs out ``visibility`` seconds from
+        now (default: the visibility it was reserved with). ``False`` when it
+        is no longer ours (or the task was not reserved)."""
+    def __enter__(self) -> Self:
+        """Reserved: keep the reservation alive in the background (a touch
+        every third of its visibility) until the block ends."""
     def __exit__(
         self,
         exc_type: type[BaseException] | None = None,
         exc: BaseException | None = None,
         tb: TracebackType | None = None,
     ) -> bool:
-        """``ack`` on success, ``nack`` when the block raised."""
+        """Stop the heartbeat; ``ack`` on success, ``nack()`` (backoff) when the
+        block raised."""
 
-@final
+class _QueueStats(TypedDict):
+    """What ``Queue.stats()`` answers."""
+
+    due: int
+    """Queued tasks due now."""
+    delayed: int
+    """Queued tasks due later."""
+    in_flight: int
+    """Reservations not yet acked (expired ones included until the next take)."""
+    dead: int
+    """Tasks in the dead set."""
+    oldest_due_age: float
+    """Seconds the oldest due task has been due (0.0 when none is)."""
+
+@disjoint_base
 class Queue:
-    """A task queue: the sorted set ``prefix + name`` (default ``Queue:<name>``,
-    shared with legacy PHP ``RedisQueue``), score = due time in unix seconds.
-
-    While a legacy PHP client holds the queue lock ``Lock:Queue:<name>`` (for
-    the few round trips of its operation), calls that change the queue wait
-    for it: up to 10 s, or ``wait`` if that is longer, then ``LockTimeout``.
-    Ctrl-C interrupts that wait too."""
+    """A task queue: the native half of ``ferrolock.Queue`` (see there)."""
 
     def __new__(
         cls,
@@ -219,15 +277,27 @@ class Queue:
         url: str | None = None,
         prefix: str = "Queue:",  # DEFAULT_QUEUE_PREFIX
         visibility: float = 30.0,  # DEFAULT_VISIBILITY
-    ) -> Queue: ...
-    def enqueue(self, ids: str | Iterable[str], *, delay: float = 0.0) -> int:
+        max_attempts: int | None = 10,  # DEFAULT_MAX_ATTEMPTS
+        backoff: float = 1.0,  # DEFAULT_BACKOFF
+        backoff_cap: float = 300.0,  # DEFAULT_BACKOFF_CAP
+        backoff_jitter: float = 0.5,  # DEFAULT_BACKOFF_JITTER
+        min_replicas: int = 0,
+    ) -> Self: ...
+    def enqueue(
+        self, ids: str | Iterable[str] | Mapping[str, str | bytes], *, delay: float = 0.0
+    ) -> int:
         """Add one id or many in one round trip, due ``delay`` seconds from now.
-        Ids already queued keep their score. Returns how many were new."""
+        Ids already queued keep their score. A mapping gives each id a payload
+        (``str`` or ``bytes``), which replaces the one it had; ids without
+        payloads keep theirs. An id in flight is not handed to a second
+        consumer: it is queued again when its reservation ends (after an ack,
+        as a new task). Returns how many were new (such an id counts)."""
     @overload
     def pop(self, count: None = None, *, wait: float = 0.0) -> Task | None:
         """Take due tasks, lowest score first (ties by id), waiting up to ``wait``
         seconds for work (woken by enqueues, no polling). ``count=None``: one
-        ``Task`` or ``None``; an int: a list (maybe empty)."""
+        ``Task`` or ``None``; an int: a list (maybe empty). Popped tasks are
+        gone from the queue, payloads included."""
     @overload
     def pop(self, count: int, *, wait: float = 0.0) -> list[Task]: ...
     @overload
@@ -236,18 +306,64 @@ class Queue:
     @overload
     def top(self, count: int) -> list[Task]: ...
     def dequeue(self, id: str, score: float) -> bool:
-        """Remove ``id`` if its score is still exactly ``score``."""
-    def reserve(self, *, wait: float = 0.0, visibility: float | None = None) -> Task | None:
-        """Take one due task for ``visibility`` seconds (default: the queue's):
-        ``ack()`` it when done; if not acked in time it returns to the queue.
-        ``None`` when no task came within ``wait``; a task is a context manager
-        that acks on success and nacks on error::
+        """Remove ``id`` (and its payload) if its score is still exactly ``score``."""
+    @overload
+    def reserve(
+        self, count: None = None, *, wait: float = 0.0, visibility: float | None = None
+    ) -> Task | None:
+        """Take due tasks for ``visibility`` seconds (default: the queue's):
+        ``ack()`` each when done; one not acked in time returns to the queue
+        after its backoff. Each reserve counts an attempt. ``count=None``: one
+        ``Task`` or ``None`` when none came within ``wait``; an int: a list of
+        up to that many (one round trip). A task is a context manager that
+        keeps the reservation alive, acks on success and nacks on error::
 
             if (task := queue.reserve(wait=5)) is not None:
                 with task:
                     ...
         """
+    @overload
+    def reserve(
+        self, count: int, *, wait: float = 0.0, visibility: float | None = None
+    ) -> list[Task]: ...
+    def dead(self, count: int = 100, *, offset: int = 0) -> list[Task]:
+        """Up to ``count`` dead tasks from ``offset`` on, the oldest death first
+        (``score``: when it died; ``attempts`` and ``payload`` kept)."""
+    def retry_dead(self, ids: str | Iterable[str] | None = None) -> int:
+        """Put dead tasks back into the queue, due now, attempts reset, payloads
+        kept: those of ``ids`` that are dead, or all (``None``), a thousand per
+        round trip. Returns how many."""
+    def purge_dead(self, ids: str | Iterable[str] | None = None) -> int:
+        """Delete dead tasks and their payloads: those of ``ids`` that are dead,
+        or all (``None``). Returns how many."""
+    def stats(self) -> _QueueStats:
+        """Due, delayed, in-flight and dead counts, and the age of the oldest due
+        task: one round trip, never a scan."""
     def __len__(self) -> int:
         """Queued tasks, due or delayed (reserved ones excluded)."""
     @property
     def name(self) -> str: ...
+
+@final
+class _Worker:
+    """One consumer of ``Queue.work``: each ``next`` ends the task handed out
+    last and reserves the next in one round trip, keeping it alive while it
+    is handled; connection trouble is logged and ridden out."""
+
+    def __new__(
+        cls,
+        queue: Queue,
+        *,
+        wait: float | None = None,
+        visibility: float | None = None,
+        heartbeat: bool = True,
+    ) -> _Worker: ...
+    def next(self, outcome: bool | float, stop: _IsSet) -> Task | None:
+        """End the current task (``True``: ack; ``False``: nack, backoff; a
+        number: nack, due after that many seconds) and reserve the next.
+        ``None`` when ``wait`` ran out, or ``stop.is_set()`` turned true."""
+    def finish(self, outcome: bool | float) -> None:
+        """End the current task, taking no other (one try)."""
+
+class _IsSet(Protocol):
+    def is_set(self) -> bool: ...

@@ -144,14 +144,17 @@ pub fn to_py(err: Error) -> PyErr {
     }
 }
 
-/// A `TypeError` naming the argument.
+/// A `TypeError` naming the argument: "ttl must be a number of seconds, got str".
 pub fn type_error(what: &str, expected: &str, got: &Bound<'_, PyAny>) -> PyErr {
-    let got = got
-        .get_type()
-        .name()
-        .map(|n| n.to_string())
-        .unwrap_or_else(|_| "?".into());
-    PyTypeError::new_err(format!("{what} must be {expected}, not {got}"))
+    let got = if got.is_none() {
+        "None".to_owned()
+    } else {
+        got.get_type()
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_else(|_| "?".into())
+    };
+    PyTypeError::new_err(format!("{what} must be {expected}, got {got}"))
 }
 
 /// Extension: `.py()` on core results.

@@ -10,6 +10,7 @@
 
 mod convert;
 mod errors;
+mod green;
 mod lock;
 mod queue;
 
@@ -27,11 +28,14 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         ferrolock::DEFAULT_VISIBILITY.as_secs_f64(),
     )?;
     errors::add_to(m)?;
+    m.add_function(wrap_pyfunction!(green::set_hook, m)?)?;
+    m.add_function(wrap_pyfunction!(green::py_caller_id, m)?)?;
     m.add_class::<lock::PyCancel>()?;
     m.add_class::<lock::PyLockBase>()?;
     m.add_class::<lock::PyLock>()?;
     m.add_class::<lock::PyRedlock>()?;
     m.add_class::<queue::PyQueue>()?;
     m.add_class::<queue::PyTask>()?;
+    m.add_class::<queue::PyWorker>()?;
     Ok(())
 }

@@ -14,7 +14,7 @@ use ferrolock::{
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
-use crate::convert::{blocking, bytes_str, client, quick, str_bytes, wait_for};
+use crate::convert::{arg, blocking_undo, bytes_str, client, quick, str_bytes, wait_for};
 use crate::errors::{Exc, IntoPy};
 
 /// A cancellation flag for a wait running on a worker thread (asyncio).
@@ -63,11 +63,40 @@ impl PyLockBase {
         String::from_utf8_lossy(self.inner.name()).into_owned()
     }
 
+    /// Acquires, waiting as `wait` says. A lock taken for a greenlet that was
+    /// killed meanwhile is released (see `convert::blocking_undo`).
+    fn acquire_wait(
+        &self,
+        py: Python<'_>,
+        cancel: Option<&AtomicBool>,
+        wait: Wait,
+    ) -> PyResult<bool> {
+        // A greenlet's wait moves to a thread of its own (`green.rs`): try
+        // once here first, so the uncontended case costs one round trip, not
+        // a thread and two trips through the hub.
+        if wait != Wait::Try && cancel.is_none() && crate::green::cooperative_wait(py)?.is_some() {
+            let inner = self.inner.clone();
+            if quick(py, move || inner.acquire(Wait::Try, None))? {
+                return Ok(true);
+            }
+        }
+        let (inner, taken) = (self.inner.clone(), self.inner.clone());
+        blocking_undo(
+            py,
+            cancel,
+            move |hook| inner.acquire(wait, hook),
+            move |acquired| {
+                if acquired {
+                    let _ = taken.release();
+                }
+            },
+        )
+    }
+
     /// Waits as the lock's default timeout says; `LockTimeout` if not acquired.
     fn enter(&self, py: Python<'_>, cancel: Option<&AtomicBool>) -> PyResult<()> {
         let wait = wait_for(true, None, self.timeout)?;
-        let inner = self.inner.clone();
-        let acquired = blocking(py, cancel, move |hook| inner.acquire(wait, hook))?;
+        let acquired = self.acquire_wait(py, cancel, wait)?;
         if acquired {
             return Ok(());
         }
@@ -87,10 +116,14 @@ impl PyLockBase {
 impl PyLockBase {
     /// Acquire the lock; see the stub for the timeout rules.
     #[pyo3(signature = (blocking = true, timeout = None))]
-    fn acquire(&self, py: Python<'_>, blocking: bool, timeout: Option<f64>) -> PyResult<bool> {
+    fn acquire(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = arg::blocking)] blocking: bool,
+        #[pyo3(from_py_with = arg::timeout)] timeout: Option<f64>,
+    ) -> PyResult<bool> {
         let wait = wait_for(blocking, timeout, self.timeout)?;
-        let inner = self.inner.clone();
-        crate::convert::blocking(py, None, move |hook| inner.acquire(wait, hook))
+        self.acquire_wait(py, None, wait)
     }
 
     /// Release the lock.
@@ -101,7 +134,11 @@ impl PyLockBase {
 
     /// Set the remaining TTL.
     #[pyo3(signature = (ttl = None))]
-    fn extend(&self, py: Python<'_>, ttl: Option<f64>) -> PyResult<()> {
+    fn extend(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = arg::opt_ttl)] ttl: Option<f64>,
+    ) -> PyResult<()> {
         let ttl = ttl
             .map(|t| validate::seconds(t, "ttl", true))
             .transpose()
@@ -214,7 +251,10 @@ impl PyLockBase {
 
 /// A distributed lock on one Redis deployment (native half of `ferrolock.Lock`).
 #[pyclass(name = "Lock", module = "ferrolock._native", extends = PyLockBase, subclass, frozen)]
-pub struct PyLock;
+pub struct PyLock {
+    /// The same lock as the base's `inner`, with the methods only a `Lock` has.
+    single: Arc<ferrolock::Lock>,
+}
 
 #[pymethods]
 impl PyLock {
@@ -223,7 +263,7 @@ impl PyLock {
     // stubtest (tests/python/test_binding.py checks them against the core's).
     #[pyo3(
         signature = (name, *, ttl = DEFAULT_TTL.as_secs_f64(), timeout = None, auto_renew = true,
-                     reentrant = false, fair = false, url = None, prefix = DEFAULT_LOCK_PREFIX,
+                     reentrant = false, fair = false, url = None, prefix = DEFAULT_LOCK_PREFIX.into(),
                      min_replicas = 0, legacy_interop = None),
         text_signature = "(name, *, ttl=30.0, timeout=None, auto_renew=True, reentrant=False, \
                           fair=False, url=None, prefix='Lock:', min_replicas=0, \
@@ -232,15 +272,15 @@ impl PyLock {
     #[allow(clippy::too_many_arguments)]
     fn new(
         name: &Bound<'_, PyAny>,
-        ttl: f64,
-        timeout: Option<f64>,
-        auto_renew: bool,
-        reentrant: bool,
-        fair: bool,
-        url: Option<&str>,
-        prefix: &str,
-        min_replicas: i64,
-        legacy_interop: Option<bool>,
+        #[pyo3(from_py_with = arg::ttl)] ttl: f64,
+        #[pyo3(from_py_with = arg::timeout)] timeout: Option<f64>,
+        #[pyo3(from_py_with = arg::auto_renew)] auto_renew: bool,
+        #[pyo3(from_py_with = arg::reentrant)] reentrant: bool,
+        #[pyo3(from_py_with = arg::fair)] fair: bool,
+        #[pyo3(from_py_with = arg::url)] url: Option<String>,
+        #[pyo3(from_py_with = arg::prefix)] prefix: Vec<u8>,
+        #[pyo3(from_py_with = arg::min_replicas)] min_replicas: i64,
+        #[pyo3(from_py_with = arg::legacy_interop)] legacy_interop: Option<bool>,
     ) -> PyResult<PyClassInitializer<Self>> {
         let name = str_bytes(name, "name")?;
         let mut opts = LockOptions::default();
@@ -248,7 +288,7 @@ impl PyLock {
         opts.auto_renew = auto_renew;
         opts.reentrant = reentrant;
         opts.fair = fair;
-        opts.prefix = prefix.as_bytes().to_vec();
+        opts.prefix = prefix;
         opts.legacy_interop = legacy_interop;
         opts.min_replicas = u32::try_from(min_replicas).map_err(|_| {
             pyo3::exceptions::PyValueError::new_err(format!(
@@ -256,11 +296,41 @@ impl PyLock {
                 u32::MAX
             ))
         })?;
-        let lock = ferrolock::Lock::new(&client(url)?, &name, opts).py()?;
+        let lock = Arc::new(ferrolock::Lock::new(&client(url.as_deref())?, &name, opts).py()?);
         Ok(
-            PyClassInitializer::from(PyLockBase::new(Arc::new(lock), timeout, "Lock")?)
-                .add_subclass(Self),
+            PyClassInitializer::from(PyLockBase::new(lock.clone(), timeout, "Lock")?)
+                .add_subclass(Self { single: lock }),
         )
+    }
+
+    /// `acquire` with the caller's owner token (for `ferrolock.redis.Lock`'s
+    /// `acquire(token=…)`).
+    #[pyo3(signature = (token, blocking = true, timeout = None))]
+    fn _acquire_with_token(
+        slf: &Bound<'_, Self>,
+        #[pyo3(from_py_with = arg::token)] token: String,
+        #[pyo3(from_py_with = arg::blocking)] blocking: bool,
+        #[pyo3(from_py_with = arg::timeout)] timeout: Option<f64>,
+    ) -> PyResult<bool> {
+        let wait = wait_for(blocking, timeout, slf.as_super().get().timeout)?;
+        let (lock, taken) = (slf.get().single.clone(), slf.get().single.clone());
+        blocking_undo(
+            slf.py(),
+            None,
+            move |hook| lock.acquire_with_token(&token, wait, hook),
+            move |acquired| {
+                if acquired {
+                    let _ = taken.release();
+                }
+            },
+        )
+    }
+
+    /// Remaining TTL of the key in seconds, whoever holds it (`None`: not
+    /// held, or no TTL).
+    fn _remaining(&self, py: Python<'_>) -> PyResult<Option<f64>> {
+        let lock = self.single.clone();
+        quick(py, move || lock.remaining()).map(|d| d.map(|d| d.as_secs_f64()))
     }
 }
 
@@ -273,34 +343,37 @@ impl PyRedlock {
     #[new]
     #[pyo3(
         signature = (name, urls, *, ttl = DEFAULT_TTL.as_secs_f64(), timeout = None,
-                     prefix = DEFAULT_LOCK_PREFIX),
+                     prefix = DEFAULT_LOCK_PREFIX.into()),
         text_signature = "(name, urls, *, ttl=30.0, timeout=None, prefix='Lock:')"
     )]
     fn new(
         name: &Bound<'_, PyAny>,
         urls: &Bound<'_, PyAny>,
-        ttl: f64,
-        timeout: Option<f64>,
-        prefix: &str,
+        #[pyo3(from_py_with = arg::ttl)] ttl: f64,
+        #[pyo3(from_py_with = arg::timeout)] timeout: Option<f64>,
+        #[pyo3(from_py_with = arg::prefix)] prefix: Vec<u8>,
     ) -> PyResult<PyClassInitializer<Self>> {
         let name = str_bytes(name, "name")?;
         if urls.is_instance_of::<PyString>() {
             return Err(crate::errors::type_error(
                 "urls",
-                "a list of URL strings",
+                "a list of URL strings (str)",
                 urls,
             ));
         }
         let mut clients = Vec::new();
-        for url in urls.try_iter()? {
+        let each = urls
+            .try_iter()
+            .map_err(|_| crate::errors::type_error("urls", "a list of URL strings (str)", urls))?;
+        for url in each {
             let url = url?;
             let text: String = url
                 .extract()
-                .map_err(|_| crate::errors::type_error("each url", "str", &url))?;
+                .map_err(|_| crate::errors::type_error("urls: each url", "a str", &url))?;
             clients.push(client(Some(&text))?);
         }
         let ttl = validate::seconds(ttl, "ttl", true).py()?;
-        let lock = Redlock::new(clients, &name, ttl, prefix.as_bytes()).py()?;
+        let lock = Redlock::new(clients, &name, ttl, &prefix).py()?;
         Ok(
             PyClassInitializer::from(PyLockBase::new(Arc::new(lock), timeout, "Redlock")?)
                 .add_subclass(Self),

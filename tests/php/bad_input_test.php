@@ -13,7 +13,7 @@ $names = ['', str_repeat('n', 1 << 20), "\x00", "\xff\xfe\xfd", "a\nb", '{x}', '
 $numbers = [-1, 0, -PHP_INT_MAX - 1, PHP_INT_MAX, 1e308, -1e308, NAN, INF, -INF, 0.0001, '12', ' 7 ', '1e3'];
 // As lock timeouts, only values that do not make the call wait for real (a
 // huge timeout waits: see below).
-$timeouts = [-1, 0, -PHP_INT_MAX - 1, -1e308, NAN, -INF, 0.0001, '0', ' -3 '];
+$timeouts = [-1, 0, -PHP_INT_MAX - 1, -1e308, NAN, -INF, INF, 0.0001, '0', ' -3 '];
 $types = [null, [], [[]], new stdClass(), true, false, 1.5, STDIN];
 
 $outcomes = ['ok' => 0, 'warning' => 0, 'TypeError' => 0, 'ArgumentCountError' => 0, 'ValueError' => 0];
@@ -56,13 +56,15 @@ foreach ($calls as $call) {
 echo json_encode($outcomes), "\n";
 assert($outcomes['warning'] > 100 && $outcomes['TypeError'] > 10);
 // The only keys written are the locks (and fencing counters) of valid names
-// taken by valid calls; existing data is untouched.
+// taken by valid calls, and the records of pops (what a pop took, for a
+// lost reply: they expire); existing data is untouched.
 $valid = array_filter($names, fn($n) => $n !== '' && strlen($n) <= 4096);
 $valid = array_merge($valid, ['x', '1', '1.5']); // true and 1.5 are coerced to names, as PHP does
 foreach (array_diff($r->keys('*'), $before) as $k) {
     $ok = false;
     foreach ($valid as $n) {
-        $ok = $ok || $k === "Lock:$n" || $k === "Queue:$n" || str_ends_with($k, "Lock:$n:fence");
+        $ok = $ok || $k === "Lock:$n" || $k === "Queue:$n" || str_ends_with($k, "Lock:$n:fence")
+            || preg_match('/^\{[^}]*\}' . preg_quote("Queue:$n:r:", '/') . '[0-9a-f]{32}$/', $k); // a pop's record
     }
     assert($ok, 'unexpected key ' . bin2hex($k));
 }
@@ -70,10 +72,19 @@ assert($r->get('precious') === 'data' && $r->zScore('Queue:precious', 'task') ==
 $l->unlockAll();
 ok('survived ' . count($calls) . ' hostile calls');
 
-// A wait timeout over the longest duration (ten years) waits as long as it
-// takes: a free lock is taken at once, without a warning (the legacy class
-// took a free lock whatever the timeout), a held one is waited for.
-foreach ([PHP_INT_MAX, 1e9, 1e300, INF, '1e300'] as $i => $timeout) {
+// NaN and the infinities are bad input (issue 26.5): false and a warning,
+// and the lock stays free. (Before, NAN read as "try once" and took it.)
+foreach ([NAN, INF, -INF] as $i => $timeout) {
+    $n = uniq("nan-inf-$i");
+    expect_warning(fn() => $l->lock($n, $timeout), false, 'timeout must be a finite number of seconds');
+    assert($r->exists("Lock:$n") === 0, "lock($n, $timeout) took the lock");
+}
+ok('lock() with a NAN or INF timeout warns and takes nothing');
+
+// A finite wait timeout over the longest duration (ten years) waits as long
+// as it takes: a free lock is taken at once, without a warning (the legacy
+// class took a free lock whatever the timeout), a held one is waited for.
+foreach ([PHP_INT_MAX, 1e9, 1e300, '1e300'] as $i => $timeout) {
     $n = uniq("long-wait-$i");
     [$got, $warnings] = with_warnings(fn() => $l->lock($n, $timeout));
     assert($got === true && $warnings === [], "timeout $timeout: " . var_export([$got, $warnings], true));
@@ -91,14 +102,16 @@ $n = uniq('long-wait-q');
 assert($q->enqueue($n, ['a', 'b', 'c'], PHP_INT_MAX) === true);
 [$task, $warnings] = with_warnings(fn() => $q->reserve($n, 30, 1e12));
 assert(is_array($task) && $task['id'] === 'a' && $warnings === [], var_export([$task, $warnings], true));
-[$task, $warnings] = with_warnings(fn() => $q->reserve($n, 30, INF));
+[$task, $warnings] = with_warnings(fn() => $q->reserve($n, 30, 1e300));
 assert(is_array($task) && $task['id'] === 'b' && $warnings === [], var_export([$task, $warnings], true));
+expect_warning(fn() => $q->reserve($n, 30, INF), false, 'wait must be a finite number');
+expect_warning(fn() => $q->reserve($n, 30, NAN), false, 'wait must be a finite number');
 assert($q->pop($n, 1, PHP_INT_MAX)['id'] === 'c');
 assert($q->enqueue($n, 'd', PHP_INT_MAX) === true);
 assert($q->dequeue($n, 'd', $q->top($n)['score'], PHP_INT_MAX) === true);
 expect_warning(fn() => $q->reserve($n, 1e12), false, 'visibility');
 $r->del("Queue:$n");
-ok('huge wait timeouts wait, huge lifetimes are refused');
+ok('huge finite wait timeouts wait, INF and NAN waits and huge lifetimes are refused');
 
 // null in an optional parameter reads as 0, as the untyped legacy methods
 // read it (a legacy wrapper forwarding its own null default keeps working):
@@ -176,7 +189,8 @@ foreach (['RedisLock' => $l, 'RedisQueue' => $q] as $class => $object) {
         $params = $m->getParameters();
         foreach ($params as $i => $p) {
             $args = array_map(fn($q) => match ((string) $q->getType()) {
-                'int', '?int' => 1, 'float', '?float' => 1.0, default => 'x',
+                'int', '?int' => 1, 'float', '?float' => 1.0, 'array', '?array' => [],
+                'callable' => 'strlen', default => 'x',
             }, $params);
             $args[$i] = new stdClass();
             $call = $m->getName() === '__construct'

@@ -7,6 +7,12 @@ function redis_url(): string {
     return getenv('REDIS_URL') ?: 'redis://127.0.0.1:6379/0';
 }
 
+/** `php` with the ferrolock extension, as a shell command prefix. */
+function php_cmd(): string {
+    $ext = getenv('FERROLOCK_EXT') ?: dirname(__DIR__, 2) . '/target/release/libferrolock_php.so';
+    return escapeshellarg(PHP_BINARY) . ' -d extension=' . escapeshellarg($ext);
+}
+
 /** A unique name for this test run. */
 function uniq(string $what): string {
     return $what . '-' . getmypid() . '-' . bin2hex(random_bytes(4));

@@ -65,16 +65,18 @@ ok('"0" names and ids');
 
 // Reliable extras: reserve / ack / nack.
 $n = uniq('reserve');
+$q = new RedisQueue(['backoff' => 0]); // a timed-out task is due again at once
 $q->enqueue($n, ['a', 'b']);
 $a = $q->reserve($n, 0.3);
-assert($a['id'] === 'a' && strlen($a['receipt']) === 32);
+assert($a['id'] === 'a' && $a['attempts'] === 1 && preg_match('/^[0-9a-f]{32}-[0-9a-f]{8}$/', $a['receipt']));
 assert($q->top($n)['id'] === 'b', 'reserved tasks are invisible to top/pop');
 usleep(400000);
-$again = $q->reserve($n, 30);
-assert($again['id'] === 'a', 'came back after the visibility timeout');
+assert(array_column($q->top($n, 5), 'id') === ['b', 'a'], 'a came back after the visibility timeout');
 assert($q->ack($n, 'a', $a['receipt']) === false, 'late ack refused');
-assert($q->ack($n, 'a', $again['receipt']) === true);
 $b = $q->reserve($n);
+$again = $q->reserve($n, 30);
+assert($again['id'] === 'a' && $again['attempts'] === 2);
+assert($q->ack($n, 'a', $again['receipt']) === true);
 assert($q->nack($n, $b['id'], $b['receipt'], 0) === true);
 assert($q->pop($n)['id'] === 'b');
 assert($q->reserve($n) === false);

@@ -23,15 +23,19 @@ def extension_built() -> None:
     assert PHP_EXT.exists(), f"{PHP_EXT} is missing: run `make php` (the Makefile's test target does)"
 
 
-@pytest.mark.parametrize("script", ["lock_test.php", "queue_test.php", "bad_input_test.php"])
+@pytest.mark.parametrize("script", ["lock_test.php", "queue_test.php", "queue_production_test.php",
+                                    "bad_input_test.php", "modern_test.php"])
 def test_php_script(script: str, url: str) -> None:
     proc = run_php(PHP / script, env={"REDIS_URL": url})
     print(proc.stdout)
     assert "ok - " in proc.stdout
 
 
-def test_stubs_match_the_extension() -> None:
-    built = run_php(PHP / "reflect.php").stdout
+@pytest.mark.parametrize("legacy_classes", ["1", "0"])
+def test_stubs_match_the_extension(legacy_classes: str) -> None:
+    # With the global names off, the legacy classes have the same shape under
+    # their namespaced names (reflect.php looks them up there).
+    built = run_php(PHP / "reflect.php", ini=(f"ferrolock.legacy_classes={legacy_classes}",)).stdout
     stub = subprocess.run(["php", "-n", str(PHP / "reflect.php"), str(ROOT / "php" / "ferrolock.stubs.php")],
                           capture_output=True, text=True, check=True).stdout
     assert json.loads(built) == json.loads(stub)
@@ -165,3 +169,91 @@ echo "up-ok\\n";
         assert "up-ok" in out
         proc.stdout.close()
         proc.stderr.close()
+
+
+def test_legacy_class_file_and_extension_in_one_script_with_legacy_classes_off(url: str) -> None:
+    """Issue 19.3: a codebase that still requires its RedisLock.php runs with
+    ferrolock.legacy_classes=0 beside Ferrolock\\RedisLock & co."""
+    proc = run_php(PHP / "migration_test.php", ini=("ferrolock.legacy_classes=0",), env={"REDIS_URL": url})
+    print(proc.stdout)
+    assert proc.stdout.count("ok - ") == 4, proc.stdout + proc.stderr
+
+
+def test_with_legacy_classes_on_a_legacy_class_file_cannot_load(tmp_path: Path) -> None:
+    """Why the setting exists: the default keeps the drop-in global names."""
+    script = tmp_path / "require_legacy.php"
+    script.write_text(f"<?php require {str(PHP / 'legacy' / 'RedisLock.php')!r}; echo 'loaded';")
+    proc = run_php(script, check=False)
+    assert proc.returncode != 0 and "loaded" not in proc.stdout
+    assert "Cannot declare class" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+
+
+def test_with_legacy_classes_on_the_namespaced_names_are_the_same_classes(url: str, tmp_path: Path) -> None:
+    script = tmp_path / "aliases.php"
+    script.write_text("""<?php
+$l = new Ferrolock\\RedisLock();
+assert(get_class($l) === 'RedisLock' && $l instanceof RedisLock && new RedisLock() instanceof Ferrolock\\RedisLock);
+assert(get_class(new Ferrolock\\RedisQueue()) === 'RedisQueue');
+assert(RedisLock::instance() instanceof Ferrolock\\RedisLock);
+try { new Ferrolock\\RedisLock(['port' => 0]); assert(false); }
+catch (Ferrolock\\RedisLockException $e) { assert(get_class($e) === 'RedisLockException'); }
+function typed(Ferrolock\\RedisLock $l): bool { return true; }
+assert(typed(new RedisLock()));
+assert(ini_get('ferrolock.legacy_classes') === '1');
+echo "ok\\n";
+""")
+    assert run_php(script, env={"REDIS_URL": url}).stdout == "ok\n"
+
+
+def test_connection_array_with_url_applies_or_refuses_its_other_settings(tmp_path: Path) -> None:
+    """Issue 18.4: with 'url', 'database', 'password' and 'timeout' apply to that
+    URL; 'host'/'port' besides it, or a database or password that differs from
+    the URL's, are refused naming the keys: never another server or database."""
+    with RedisServer("--enable-debug-command", "local", password="s3cret") as server:
+        base = f"redis://127.0.0.1:{server.port}"
+        script = tmp_path / "url_array.php"
+        script.write_text(f"""<?php
+$base = {base!r};
+function attempt(array $param): string {{
+    try {{ $l = new RedisLock($param); return $l->lock('url-array') && $l->unlock('url-array') ? 'ok' : 'busy'; }}
+    catch (RedisLockException $e) {{ return 'error: ' . $e->getMessage(); }}
+}}
+echo attempt(['url' => $base, 'password' => 's3cret', 'database' => 3]), "\\n";
+echo attempt(['url' => $base, 'password' => 'wrong']), "\\n";
+echo attempt(['url' => $base]), "\\n";
+echo attempt(['url' => "redis://:s3cret@127.0.0.1:{server.port}/2", 'database' => 3]), "\\n";
+echo attempt(['url' => $base, 'host' => '127.0.0.1', 'port' => 6379]), "\\n";
+// database 5 really is where the lock is taken
+$l = new RedisLock(['url' => $base, 'password' => 's3cret', 'database' => 5]);
+assert($l->lock('db-check', 0, 60));
+echo "locked\\n";
+flush();
+fgets(STDIN);
+// timeout: the server sleeps 2 s; the call fails after about 0.3 s
+$l = new RedisLock(['url' => $base . '/0', 'password' => 's3cret', 'timeout' => 0.3]);
+assert($l->lock('t-check') && $l->unlock('t-check')); // connected
+exec($argv[1]); usleep(200000);
+$t = microtime(true);
+try {{ $l->lock('t-check'); echo "no error\\n"; }}
+catch (RedisLockException $e) {{ printf("error after %.1f s\\n", microtime(true) - $t); }}
+""")
+        sleeper = f"redis-cli -p {server.port} -a s3cret --no-auth-warning DEBUG SLEEP 2 > /dev/null 2>&1 &"
+        proc = subprocess.Popen(["php", "-d", f"extension={PHP_EXT}", "-d", "zend.assertions=1",
+                                 "-d", "assert.exception=1", str(script), sleeper],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        lines = [proc.stdout.readline().strip() for _ in range(6)]
+        assert lines[0] == "ok", lines
+        assert lines[1].startswith("error: ") and "auth" in lines[1].lower(), lines[1]
+        assert lines[2].startswith("error: ") and "auth" in lines[2].lower(), "no password: refused by the server"
+        assert "'database' => 3" in lines[3] and '"2"' in lines[3], lines[3]
+        assert "'url' cannot be combined with 'host', 'port'" in lines[4], lines[4]
+        assert lines[5] == "locked"
+        c = server.client()
+        c("SELECT", 5)
+        assert c("EXISTS", "Lock:db-check") == 1, "the lock is in database 5"
+        c("SELECT", 0)
+        assert c("EXISTS", "Lock:db-check") == 0
+        c.close()
+        out, err = proc.communicate("\n", timeout=60)
+        assert proc.returncode == 0, out + err
+        assert "error after 0." in out, out

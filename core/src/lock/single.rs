@@ -81,6 +81,47 @@ impl Lock {
         })
     }
 
+    /// A lock on `name` that adopts the hold of `token`: an owner token
+    /// another object or process read with [`Lock::token`] and handed over
+    /// (Laravel's `restoreLock($name, $owner)`, a serialized Symfony lock
+    /// key). One round trip checks that `token` still holds the lock: if it
+    /// does, the returned lock holds it as if it had acquired it (depth 1;
+    /// the key's TTL is left as it is; auto-renewal, if set, starts now);
+    /// if not, [`ErrorKind::NotOwned`] (expired, released, taken over, or
+    /// never a token of this lock). The hold's fencing token is drawn anew
+    /// when first read ([`Lock::fencing_token`]): larger than the one the
+    /// original holder may have read, still smaller than every later hold's.
+    pub fn restore(client: &Client, name: &[u8], opts: LockOptions, token: &str) -> Result<Self> {
+        validate::name(token.as_bytes(), "token")?;
+        let lock = Self::new(client, name, opts)?;
+        let current: Option<Vec<u8>> = lock
+            .client
+            .query(&lock.label, redis::cmd("GET").arg(&lock.keys.lock))?;
+        if current.as_deref() != Some(token.as_bytes()) {
+            return Err(
+                lock.not_owned("the token does not hold it (expired, released or taken over)")
+            );
+        }
+        let lease = lock.opts.auto_renew.then(|| {
+            let renew = Box::new(RenewHold {
+                keys: lock.keys.clone(),
+                token: token.to_owned(),
+            });
+            let lease = Lease::new(lock.client.clone(), renew, lock.opts.ttl);
+            watchdog::register(lease.clone());
+            lease
+        });
+        lock.state.lock_unpoisoned().held = Some(Held {
+            token: token.to_owned(),
+            fence: None,
+            pid: crate::fork::current_pid(),
+            depth: 1,
+            lease,
+            waited: false,
+        });
+        Ok(lock)
+    }
+
     /// The lock's name.
     pub fn name(&self) -> &[u8] {
         &self.name
@@ -103,10 +144,32 @@ impl Lock {
     /// plain `SET NX PX`, which draws no fencing token:
     /// [`Lock::fencing_token`] draws it when first read.
     pub fn acquire(&self, wait: Wait, interrupt: Option<Interrupt<'_>>) -> Result<bool> {
+        self.acquire_as(new_token(), wait, interrupt)
+    }
+
+    /// [`Lock::acquire`] with the caller's owner token instead of a fresh
+    /// random one (redis-py's `acquire(token=…)`): 1 to 4096 bytes, unique
+    /// to the caller, who is its owner. Acquiring with the token that holds
+    /// the lock takes it again (as a retry after a lost reply must).
+    pub fn acquire_with_token(
+        &self,
+        token: &str,
+        wait: Wait,
+        interrupt: Option<Interrupt<'_>>,
+    ) -> Result<bool> {
+        validate::name(token.as_bytes(), "token")?;
+        self.acquire_as(token.to_owned(), wait, interrupt)
+    }
+
+    fn acquire_as(
+        &self,
+        token: String,
+        wait: Wait,
+        interrupt: Option<Interrupt<'_>>,
+    ) -> Result<bool> {
         if self.reenter() {
             return Ok(true);
         }
-        let token = new_token();
         let mut waited = false;
         let first = match self.first_attempt(&token, wait) {
             // A wait rides out faults: its scripted attempts (same token)
@@ -374,6 +437,42 @@ impl Lock {
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// Frees the lock whoever holds it: a tool for operators, for a hold whose
+    /// owner is stuck or gone. Runs the release script with the holder's
+    /// token, so the lock goes to the oldest waiter as on any release, and
+    /// the holder's next release or extend fails with
+    /// [`ErrorKind::NotOwned`]. True when this call ended a hold; false when
+    /// the lock was free (or changed hands three times while this looked).
+    pub fn force_release(&self) -> Result<bool> {
+        for _ in 0..3 {
+            let holder: Option<Vec<u8>> = self
+                .client
+                .query(&self.label, redis::cmd("GET").arg(&self.keys.lock))?;
+            let Some(holder) = holder else {
+                return Ok(false);
+            };
+            let k = &self.keys;
+            let released: i64 = crate::scripts::LOCK_RELEASE
+                .call(&[&k.lock, &k.fence, &k.waiters, &k.leases])
+                .arg(&holder[..])
+                .arg(&k.channel)
+                .run(&self.client, &self.label)?;
+            if released == 1 {
+                // This object's own hold: forgotten (it is not lost: it let go).
+                let mut st = self.state.lock_unpoisoned();
+                let ours = st
+                    .held
+                    .as_ref()
+                    .is_some_and(|h| h.token.as_bytes() == holder);
+                if let Some(lease) = st.held.take_if(|_| ours).and_then(|h| h.lease) {
+                    watchdog::unregister(&lease);
+                }
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// Sets the remaining TTL of a held lock to `ttl` (default: the lock's ttl).

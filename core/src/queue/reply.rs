@@ -1,17 +1,19 @@
 //! Reading the replies of the queue scripts.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use super::task::{Mode, Task};
+use super::receipt;
+use super::task::Task;
 use crate::error::{Error, ErrorKind, Result};
 
-/// What a take (pop/reserve) attempt found.
+/// What a take (pop/reserve) attempt found, and what the finish it carried
+/// answered (-1: it carried none).
 pub(super) enum Taken {
-    Tasks(Vec<Task>),
+    Tasks(Vec<Task>, i64),
     /// Nothing due; work may appear on its own after this long.
-    Empty(Option<Duration>),
+    Empty(Option<Duration>, i64),
 }
 
 /// The integer at `i` of a script's reply (0 if there is none).
@@ -30,54 +32,86 @@ fn bytes(v: &Value) -> Option<&[u8]> {
     }
 }
 
-fn float(v: &Value) -> Result<f64> {
+pub(super) fn float(v: &Value) -> Result<f64> {
     bytes(v)
         .and_then(|b| std::str::from_utf8(b).ok())
         .and_then(|s| s.parse::<f64>().ok())
-        .ok_or_else(|| {
-            Error::new(
-                ErrorKind::Redis,
-                format!("unexpected score in reply: {v:?}"),
-            )
-        })
+        .ok_or_else(|| unexpected("number", v))
 }
 
-pub(super) fn parse_pairs(items: &[Value]) -> Result<Vec<Task>> {
+fn unexpected(what: &str, v: &Value) -> Error {
+    Error::new(
+        ErrorKind::Redis,
+        format!("unexpected {what} in reply: {v:?}"),
+    )
+}
+
+/// A count in a reply: an integer, or its text (HMGET of attempts).
+fn count(v: &Value) -> u32 {
+    match v {
+        Value::Int(n) => u32::try_from(*n).unwrap_or(0),
+        other => bytes(other)
+            .and_then(|b| std::str::from_utf8(b).ok())
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0),
+    }
+}
+
+/// Tasks from the scripts' three lists: `{id, score, ...}`, payloads and
+/// attempts (each a list parallel to the ids, or 0: none at all).
+pub(super) fn parse_tasks(items: &Value, payloads: &Value, attempts: &Value) -> Result<Vec<Task>> {
+    let Value::Array(items) = items else {
+        return Err(unexpected("task list", items));
+    };
+    let list = |v: &Value| match v {
+        Value::Array(a) => Some(a.clone()),
+        _ => None,
+    };
+    let (payloads, attempts) = (list(payloads), list(attempts));
     items
         .chunks_exact(2)
-        .map(|pair| {
-            Ok(Task {
-                id: bytes(&pair[0])
-                    .ok_or_else(|| Error::new(ErrorKind::Redis, "unexpected task id in reply"))?
-                    .to_vec(),
-                score: float(&pair[1])?,
-                receipt: None,
-                deadline: None,
-            })
+        .enumerate()
+        .map(|(i, pair)| {
+            let id = bytes(&pair[0])
+                .ok_or_else(|| unexpected("task id", &pair[0]))?
+                .to_vec();
+            let mut task = Task::new(id, float(&pair[1])?);
+            if let Some(p) = payloads.as_ref().and_then(|p| p.get(i)).and_then(bytes) {
+                task.payload = Some(p.to_vec());
+            }
+            if let Some(a) = attempts.as_ref().and_then(|a| a.get(i)) {
+                task.attempts = count(a);
+            }
+            Ok(task)
         })
         .collect()
 }
 
-pub(super) fn parse_take(reply: &[Value], mode: Mode) -> Result<Taken> {
-    match (int_at(reply, 0), reply.get(1)) {
-        (1, Some(Value::Array(items))) if mode == Mode::Reserve => {
-            let id = items.first().and_then(bytes).unwrap_or_default().to_vec();
-            let score = float(items.get(1).unwrap_or(&Value::Nil))?;
-            let receipt = items
-                .get(2)
-                .and_then(bytes)
-                .map(|b| String::from_utf8_lossy(b).into_owned());
-            let deadline = items.get(3).map(float).transpose()?;
-            Ok(Taken::Tasks(vec![Task {
-                id,
-                score,
-                receipt,
-                deadline,
-            }]))
+/// A take's reply. Reserved tasks get their receipts from `rid`, their
+/// visibility and the time the request was `sent`.
+pub(super) fn parse_take(
+    reply: &[Value],
+    reserved: Option<(&str, Duration, Instant)>,
+) -> Result<Taken> {
+    let finished = int_at(reply, 5);
+    match int_at(reply, 0) {
+        1 => {
+            let none = Value::Int(0);
+            let at = |i: usize| reply.get(i).unwrap_or(&none);
+            let mut tasks = parse_tasks(at(1), at(2), at(3))?;
+            if let Some((rid, visibility, sent)) = reserved {
+                let deadline = float(at(4))?;
+                for t in &mut tasks {
+                    t.receipt = Some(receipt::make(rid, &t.id));
+                    t.deadline = Some(deadline);
+                    t.visibility = Some(visibility);
+                    t.sent = Some(sent);
+                }
+            }
+            Ok(Taken::Tasks(tasks, finished))
         }
-        (1, Some(Value::Array(items))) => Ok(Taken::Tasks(parse_pairs(items)?)),
-        (0, next) => {
-            let next = next.and_then(bytes).filter(|b| !b.is_empty());
+        0 => {
+            let next = reply.get(1).and_then(bytes).filter(|b| !b.is_empty());
             let hint = match (next, reply.get(2)) {
                 (Some(_), Some(now)) => {
                     let next = float(reply.get(1).unwrap_or(&Value::Nil))?;
@@ -89,7 +123,7 @@ pub(super) fn parse_take(reply: &[Value], mode: Mode) -> Result<Taken> {
                 }
                 _ => None,
             };
-            Ok(Taken::Empty(hint))
+            Ok(Taken::Empty(hint, finished))
         }
         _ => Err(Error::new(
             ErrorKind::Redis,

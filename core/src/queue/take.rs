@@ -1,22 +1,36 @@
-//! Taking tasks: `pop` and `reserve` (waiting for work as asked), and
-//! `top`, which reads what they would take.
+//! Taking tasks: `pop` and `reserve` (waiting for work as asked), the
+//! worker loop's `finish_and_reserve` (end one reservation and take the next
+//! in one round trip), and `top`, which reads what they would take.
 
+use std::cell::Cell;
 use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use super::Queue;
-use super::reply::{Taken, parse_pairs, parse_take};
-use super::task::{Mode, Task};
+use super::reply::{Taken, int_at, parse_take, parse_tasks};
+use super::task::{Finish, Mode, Task};
+use super::{Queue, lost, receipt};
 use crate::error::Result;
 use crate::keys::new_token;
-use crate::scripts::{QUEUE_LEAVE, QUEUE_TAKE, QUEUE_TOP};
+use crate::scripts::{Call, QUEUE_LEAVE, QUEUE_TAKE, QUEUE_TOP};
 use crate::validate;
 use crate::wait::{self, Attempt, Interrupt, Wait, WaitSpec};
 
+/// What a [`Queue::finish_and_reserve`] did.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Step {
+    /// Whether the finish took effect (false: there was none, or the
+    /// reservation had been lost).
+    pub finished: bool,
+    /// The tasks reserved (none when the wait ran out).
+    pub tasks: Vec<Task>,
+}
+
 impl Queue {
     /// Takes up to `count` due tasks (lowest score first, ties by id), waiting
-    /// for work as `wait` allows. Empty when none came in time.
+    /// for work as `wait` allows. Empty when none came in time. Popped tasks
+    /// leave the queue for good, with their payloads.
     /// `legacy_timeout`: how long to wait for a legacy client's queue lock
     /// (default: the queue's `legacy_lock_timeout`).
     pub fn pop(
@@ -27,48 +41,127 @@ impl Queue {
         interrupt: Option<Interrupt<'_>>,
     ) -> Result<Vec<Task>> {
         validate::task_count(count, "count")?;
-        self.take(Mode::Pop, count, None, wait, legacy_timeout, interrupt)
+        let got = self.take(
+            Mode::Pop,
+            count,
+            None,
+            Finish::Nothing,
+            wait,
+            legacy_timeout,
+            interrupt,
+        )?;
+        Ok(got.tasks)
     }
 
-    /// Reserves one due task for `visibility` (default: the queue's): it leaves
-    /// the queue, and comes back if not acked in time.
+    /// Reserves one due task for `visibility` (default: the queue's): it
+    /// leaves the queue, and comes back after its backoff if not acked in time.
     pub fn reserve(
         &self,
         visibility: Option<Duration>,
         wait: Wait,
         interrupt: Option<Interrupt<'_>>,
     ) -> Result<Option<Task>> {
-        let visibility = match visibility {
-            Some(v) => validate::lifetime(v, "visibility")?,
-            None => self.opts.visibility,
-        };
         Ok(self
-            .take(Mode::Reserve, 1, Some(visibility), wait, None, interrupt)?
+            .reserve_many(1, visibility, wait, interrupt)?
             .into_iter()
             .next())
     }
 
+    /// Reserves up to `count` due tasks in one round trip (see [`Queue::reserve`]).
+    pub fn reserve_many(
+        &self,
+        count: usize,
+        visibility: Option<Duration>,
+        wait: Wait,
+        interrupt: Option<Interrupt<'_>>,
+    ) -> Result<Vec<Task>> {
+        Ok(self
+            .finish_and_reserve(Finish::Nothing, count, visibility, wait, interrupt)?
+            .tasks)
+    }
+
+    /// Ends a reservation as `finish` says ([`Queue::ack`] or
+    /// [`Queue::nack`], same guarantees) and reserves up to `count` due tasks,
+    /// in one round trip while work is due: the worker loop's step. The
+    /// finish is applied once, by the first attempt, even if this then waits.
+    pub fn finish_and_reserve(
+        &self,
+        finish: Finish<'_>,
+        count: usize,
+        visibility: Option<Duration>,
+        wait: Wait,
+        interrupt: Option<Interrupt<'_>>,
+    ) -> Result<Step> {
+        validate::task_count(count, "count")?;
+        let visibility = match visibility {
+            Some(v) => validate::lifetime(v, "visibility")?,
+            None => self.opts.visibility,
+        };
+        self.take(
+            Mode::Reserve,
+            count,
+            Some(visibility),
+            finish,
+            wait,
+            None,
+            interrupt,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn take(
         &self,
         mode: Mode,
         count: usize,
         visibility: Option<Duration>,
+        finish: Finish<'_>,
         wait: Wait,
         legacy_timeout: Option<Duration>,
         interrupt: Option<Interrupt<'_>>,
-    ) -> Result<Vec<Task>> {
+    ) -> Result<Step> {
+        // The finish, checked before anything is sent; sent by the first attempt only.
+        let finish = match finish {
+            Finish::Nothing => None,
+            Finish::Ack(t) => Some(("ack", t, None)),
+            Finish::Nack(t, delay) => Some((
+                "nack",
+                t,
+                delay.map(|d| validate::offset(d, "delay")).transpose()?,
+            )),
+        };
+        let finish = match finish {
+            Some((how, task, delay)) => {
+                let receipt = task.receipt.as_deref().unwrap_or_default();
+                Some((how, task.id.as_slice(), self.rid(&task.id, receipt)?, delay))
+            }
+            None => None,
+        };
+        let pending_finish = Cell::new(finish);
+        let finished = Cell::new(false);
         let legacy_timeout = legacy_timeout.unwrap_or(self.opts.legacy_lock_timeout);
         let lease_ms = validate::millis(wait::lease_for(self.opts.recheck));
         let deadline = wait.deadline();
+        let o = &self.opts;
+        // Backoffs in whole milliseconds, rounded up; zero stays zero.
+        let ms = |d: Duration| d.as_micros().div_ceil(1000).min(u128::from(u64::MAX)) as u64;
+        let settings = (
+            o.max_attempts.unwrap_or(0),
+            ms(o.backoff),
+            ms(o.backoff_cap),
+            o.backoff_jitter,
+        );
         let attempt = |waiter: &str| -> Result<Taken> {
             let k = &self.keys;
-            let receipt = if mode == Mode::Reserve {
-                new_token()
-            } else {
-                String::new()
-            };
-            let call = QUEUE_TAKE
-                .call(&self.task_keys())
+            let rid = new_token();
+            let mut record = k.records.clone();
+            record.extend_from_slice(rid.as_bytes());
+            let mut keys = self.task_keys().to_vec();
+            keys.push(&record);
+            let this_finish = pending_finish.get();
+            let (how, id, finish_rid, delay) = this_finish.unwrap_or(("", b"", "", None));
+            let received = self.received_rids();
+            let mut call = QUEUE_TAKE
+                .call(&keys)
                 .arg(mode)
                 .arg(count)
                 .arg(self.check_legacy)
@@ -76,7 +169,20 @@ impl Queue {
                 .arg(waiter)
                 .arg(lease_ms)
                 .arg(visibility.map_or(0, validate::millis))
-                .arg(&receipt);
+                .arg(&rid)
+                .arg(settings.0)
+                .arg(settings.1)
+                .arg(settings.2)
+                .arg(settings.3)
+                .arg(receipt::seed(&rid))
+                .arg(how)
+                .arg(id)
+                .arg(finish_rid)
+                .arg(delay.map(|d| d.to_string()).unwrap_or_default())
+                .arg(&k.records);
+            for r in &received {
+                call = call.arg(r);
+            }
             // While waiting for work, a legacy queue lock may hold us as long as the wait.
             let legacy_wait = match deadline {
                 Some(d) => d
@@ -85,15 +191,33 @@ impl Queue {
                 None if wait == Wait::Forever => Duration::from_secs_f64(validate::MAX_SECONDS),
                 None => legacy_timeout,
             };
+            let sent = Instant::now();
             let reply = self.legacy_retry(Some(legacy_wait), interrupt, || {
-                call.run::<Vec<Value>>(&self.client, &self.label)
+                self.run_take(&call, &keys, &rid, wait, deadline, interrupt)
             })?;
-            parse_take(&reply, mode).map_err(|e| e.context(&self.label))
+            // The script recorded what it did: the record goes with the next take.
+            if int_at(&reply, 0) == 1 || this_finish.is_some() {
+                self.reply_received(rid.clone());
+            }
+            let reserved = visibility.map(|v| (rid.as_str(), v, sent));
+            let taken = parse_take(&reply, reserved).map_err(|e| e.context(&self.label))?;
+            if this_finish.is_some() {
+                pending_finish.set(None);
+                let code = match &taken {
+                    Taken::Tasks(_, f) | Taken::Empty(_, f) => *f,
+                };
+                finished.set(code > 0);
+            }
+            Ok(taken)
+        };
+        let step = |tasks| Step {
+            finished: finished.get(),
+            tasks,
         };
         match attempt("") {
-            Ok(Taken::Tasks(tasks)) => return Ok(tasks),
-            Ok(Taken::Empty(_)) if wait == Wait::Try => return Ok(Vec::new()),
-            Ok(Taken::Empty(_)) => {}
+            Ok(Taken::Tasks(tasks, _)) => return Ok(step(tasks)),
+            Ok(Taken::Empty(..)) if wait == Wait::Try => return Ok(step(Vec::new())),
+            Ok(Taken::Empty(..)) => {}
             // A wait rides out faults until its deadline (see `wait`).
             Err(e) if wait != Wait::Try && e.is_transient() => {}
             Err(e) => return Err(e),
@@ -107,8 +231,8 @@ impl Queue {
         let waiter = wait::WakeOnly {
             attempt: |waiter: &str| {
                 Ok(match attempt(waiter)? {
-                    Taken::Tasks(t) => Attempt::Done(t),
-                    Taken::Empty(hint) => Attempt::Retry(hint),
+                    Taken::Tasks(t, _) => Attempt::Done(t),
+                    Taken::Empty(hint, _) => Attempt::Retry(hint),
                 })
             },
             leave: |waiter: &str| self.leave(waiter),
@@ -120,7 +244,65 @@ impl Queue {
             spec,
             &waiter,
         )?;
-        Ok(got.unwrap_or_default())
+        Ok(step(got.unwrap_or_default()))
+    }
+
+    /// Runs a take. When its reply is lost, the same call (same rid) is
+    /// sent again while the caller's wait lasts: the take's record answers
+    /// it, or it runs then. Out of time (or interrupted), the take is given
+    /// up: what it may have taken goes back to the queue, at once or by the
+    /// keeper once the server answers (see `lost.rs`).
+    fn run_take(
+        &self,
+        call: &Call,
+        keys: &[&[u8]],
+        rid: &str,
+        wait: Wait,
+        deadline: Option<Instant>,
+        interrupt: Option<Interrupt<'_>>,
+    ) -> Result<Vec<Value>> {
+        let mut last = match call.run::<Vec<Value>>(&self.client, &self.label) {
+            Err(e) if e.outcome_unknown() => e,
+            other => return other,
+        };
+        for n in 0.. {
+            let pause = lost::resend_pause(n);
+            let time_left = match wait {
+                Wait::Forever => true,
+                Wait::For(_) => deadline.is_some_and(|d| Instant::now() + pause < d),
+                Wait::Try => false,
+            };
+            if !time_left {
+                break;
+            }
+            if let Err(e) = wait::pause(pause, interrupt) {
+                self.give_up_take(keys, rid);
+                return Err(e);
+            }
+            match call.run::<Vec<Value>>(&self.client, &self.label) {
+                Ok(reply) => return Ok(reply),
+                // Whatever this one did, the first may have run: still unknown.
+                Err(e) => last = e,
+            }
+        }
+        self.give_up_take(keys, rid);
+        Err(last.with_outcome_unknown().context_after(
+            "what the call may have taken goes back to the queue once the server answers",
+        ))
+    }
+
+    /// Gives up the take `rid` (see `lost.rs`), by the keeper: the caller's
+    /// time is up.
+    fn give_up_take(&self, keys: &[&[u8]], rid: &str) {
+        let settlement = Box::new(lost::GiveUpTake {
+            client: self.client.clone(),
+            keys: keys.iter().map(|k| k.to_vec()).collect(),
+            rid: rid.to_owned(),
+            channel: self.keys.channel.clone(),
+            horizon: Instant::now() + lost::RECORD_TTL,
+            label: self.label.clone(),
+        });
+        let _ = crate::settle::settle_or_defer(settlement, lost::no_time());
     }
 
     fn leave(&self, waiter: &str) -> Result<()> {
@@ -133,17 +315,18 @@ impl Queue {
     }
 
     /// The first `count` due tasks: the ones [`Queue::pop`] would take, left
-    /// in place (expired reservations are given back first, as pop does, and
+    /// in place (expired reservations are ended first, as pop does, and
     /// waiting consumers told).
     pub fn top(&self, count: usize) -> Result<Vec<Task>> {
         validate::task_count(count, "count")?;
-        let k = &self.keys;
         let call = QUEUE_TOP
             .call(&self.task_keys())
             .arg(count)
             .arg(self.check_legacy)
-            .arg(&k.channel);
-        let items: Vec<Value> = call.run(&self.client, &self.label)?;
-        parse_pairs(&items).map_err(|e| e.context(&self.label))
+            .arg(&self.keys.channel);
+        let reply: Vec<Value> = call.run(&self.client, &self.label)?;
+        let none = Value::Int(0);
+        let at = |i: usize| reply.get(i).unwrap_or(&none);
+        parse_tasks(at(0), at(1), at(2)).map_err(|e| e.context(&self.label))
     }
 }

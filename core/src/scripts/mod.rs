@@ -34,12 +34,16 @@ pub(crate) static LOCK_EXTEND: LazyLock<LuaScript> = lua!("lock_extend-2.lua");
 pub(crate) static LOCK_FENCE: LazyLock<LuaScript> = lua!("lock_fence-1.lua");
 pub(crate) static LOCK_DRAW_FENCE: LazyLock<LuaScript> = lua!("lock_draw_fence-2.lua");
 pub(crate) static LOCK_LEAVE: LazyLock<LuaScript> = lua!("lock_leave-4.lua");
-pub(crate) static QUEUE_ENQUEUE: LazyLock<LuaScript> = lua!("queue_enqueue-4.lua");
-pub(crate) static QUEUE_TAKE: LazyLock<LuaScript> = lua!("queue_take-6.lua");
-pub(crate) static QUEUE_TOP: LazyLock<LuaScript> = lua!("queue_top-6.lua");
-pub(crate) static QUEUE_DEQUEUE: LazyLock<LuaScript> = lua!("queue_dequeue-2.lua");
-pub(crate) static QUEUE_ACK: LazyLock<LuaScript> = lua!("queue_ack-2.lua");
-pub(crate) static QUEUE_NACK: LazyLock<LuaScript> = lua!("queue_nack-6.lua");
+pub(crate) static QUEUE_ENQUEUE: LazyLock<LuaScript> = lua!("queue_enqueue-10.lua");
+pub(crate) static QUEUE_TAKE: LazyLock<LuaScript> = lua!("queue_take-11.lua");
+pub(crate) static QUEUE_SETTLE: LazyLock<LuaScript> = lua!("queue_settle-11.lua");
+pub(crate) static QUEUE_TOP: LazyLock<LuaScript> = lua!("queue_top-10.lua");
+pub(crate) static QUEUE_DEQUEUE: LazyLock<LuaScript> = lua!("queue_dequeue-4.lua");
+pub(crate) static QUEUE_ACK: LazyLock<LuaScript> = lua!("queue_ack-10.lua");
+pub(crate) static QUEUE_NACK: LazyLock<LuaScript> = lua!("queue_nack-10.lua");
+pub(crate) static QUEUE_TOUCH: LazyLock<LuaScript> = lua!("queue_touch-2.lua");
+pub(crate) static QUEUE_DEAD: LazyLock<LuaScript> = lua!("queue_dead-10.lua");
+pub(crate) static QUEUE_STATS: LazyLock<LuaScript> = lua!("queue_stats-3.lua");
 pub(crate) static QUEUE_LEAVE: LazyLock<LuaScript> = lua!("queue_leave-4.lua");
 
 impl LuaScript {
@@ -249,8 +253,15 @@ mod tests {
                 &["grant_next", "next_fence", "now_us"][..],
             ),
             (
-                "queue_take-6.lua",
-                &["register_waiter", "wake_waiters", "next_work_at"][..],
+                "queue_take-11.lua",
+                &[
+                    "register_waiter",
+                    "wake_waiters",
+                    "next_work_at",
+                    "ack_reservation",
+                    "reclaim_expired",
+                    "task_data",
+                ][..],
             ),
         ] {
             let code = std::fs::read_to_string(assembled.join(name)).unwrap();

@@ -253,25 +253,214 @@ local function legacy_queue_lock(key, check)
   return pttl
 end
 
--- Tasks whose consumer did not ack before the visibility deadline go back to
--- the queue with their original score (unless the id was queued again).
--- `now_text`: the time as now_s's text.
-local function reclaim_expired(queue, inflight, receipts, now_text)
-  local expired = redis.call('ZRANGEBYSCORE', inflight, '-inf', now_text, 'LIMIT', '0', '256')
-  for _, id in ipairs(expired) do
-    local receipt = redis.call('HGET', receipts, id)
-    local score = now_text
-    if receipt then
-      -- As a number (Redis prints it back exactly), not the stored text: a
-      -- receipt edited by hand (" 0.5", "1e400") must not stop every pop.
-      local sep = string.find(receipt, '|', 1, true)
-      if sep then score = tonumber(string.sub(receipt, sep + 1)) or now_text end
-    end
-    redis.call('ZADD', queue, 'NX', score, id)
-    redis.call('ZREM', inflight, id)
-    redis.call('HDEL', receipts, id)
+-- The keys of a queue, in the order every queue script that takes, returns
+-- or adds tasks receives them (see keys.rs).
+local function queue_keys()
+  return {
+    queue = KEYS[1], legacy = KEYS[2], inflight = KEYS[3], receipts = KEYS[4],
+    waiters = KEYS[5], leases = KEYS[6], attempts = KEYS[7], payloads = KEYS[8],
+    dead = KEYS[9], pending = KEYS[10],
+  }
+end
+
+-- A reservation as `receipts` keeps it, with everything that decides the
+-- task's fate when it ends, so that consumers with different settings on one
+-- queue agree on it:
+--   <rid>/<attempt>/<max>/<backoff_ms>/<cap_ms>/<jitter>/<visibility_ms>/<flags>|<score>
+-- max 0: unlimited attempts; jitter: the fraction the backoff is cut by;
+-- flags: 'p' the task has a payload, 'e' it was enqueued again while in
+-- flight. Ferrolock before attempts wrote `<rid>|<score>`: then only rid and
+-- score are set. The score is read as a number (Redis prints it back
+-- exactly), so a value edited by hand (" 0.5") does not stop every take.
+-- Returns nil when `held` is not a reservation.
+local function parse_reservation(held)
+  local head, score = string.match(held, '^([^|]*)|(.*)$')
+  if not head then return nil end
+  local r = {rid = head, score = tonumber(score)}
+  local rid, attempt, max, base, cap, jitter, vis, flags = string.match(head,
+    '^([^/]*)/(%d+)/(%d+)/(%d+)/(%d+)/([^/]*)/(%d+)/(%a*)$')
+  if rid then
+    r.rid, r.attempt, r.max, r.base, r.cap = rid, tonumber(attempt), tonumber(max),
+      tonumber(base), tonumber(cap)
+    r.jitter, r.vis, r.flags = tonumber(jitter) or 0, tonumber(vis), flags
   end
-  return #expired
+  return r
+end
+
+-- Whether reservation `r` may carry flag `f` (one written before flags
+-- existed may carry any).
+local function has_flag(r, f)
+  return not r.flags or string.find(r.flags, f, 1, true) ~= nil
+end
+
+-- How long (s) a task waits after failing its attempt `r.attempt`:
+-- backoff·2^(attempt−1), at most the cap, cut by its jitter (a fraction the
+-- client drew: Lua's math.random is not random here).
+local function backoff_s(r)
+  local d = r.base * 2 ^ (r.attempt - 1)
+  if d > r.cap then d = r.cap end
+  return d * (1 - r.jitter) / 1000
+end
+
+-- Queues `id` due at `score` (a number), or moves it earlier when it is
+-- queued already: one task, due at the earlier of the two times.
+local function queue_at(queue, id, score)
+  local current = redis.call('ZSCORE', queue, id)
+  if not current or score < tonumber(current) then
+    redis.call('ZADD', queue, float_text(score), id)
+  end
+end
+
+-- The scores of `ids` in `key` (false where absent): ZMSCORE (Redis 6.2),
+-- else one ZSCORE each.
+local function scores_of(key, ids)
+  local ok, s = pcall(redis.call, 'ZMSCORE', key, unpack(ids))
+  if ok then return s end
+  s = {}
+  for i, id in ipairs(ids) do s[i] = redis.call('ZSCORE', key, id) end
+  return s
+end
+
+-- An enqueue of `id` while it is in flight is remembered in `pending` (as
+-- "<score>" or "<score>|<payload>") and applied when the reservation ends:
+-- never two consumers on one id. The first score wins, as in the queue; a
+-- payload replaces an earlier one (nil keeps it). The reservation is flagged
+-- 'e', so that its end looks for it. Returns 1 when none was pending yet.
+local function remember_pending(K, id, score_text, payload)
+  local old = redis.call('HGET', K.pending, id)
+  local s = score_text
+  if old then
+    local sep = string.find(old, '|', 1, true)
+    if sep then
+      s = string.sub(old, 1, sep - 1)
+      if payload == nil then payload = string.sub(old, sep + 1) end
+    else
+      s = old
+    end
+  else
+    local held = redis.call('HGET', K.receipts, id)
+    local head, flags, rest = string.match(held or '', '^(.*/)(%a*)(|.*)$')
+    if head and not string.find(flags, 'e', 1, true) then
+      redis.call('HSET', K.receipts, id, head .. flags .. 'e' .. rest)
+    end
+  end
+  if payload then s = s .. '|' .. payload end
+  redis.call('HSET', K.pending, id, s)
+  if old then return 0 end
+  return 1
+end
+
+-- Takes the enqueue remembered for `id` off the books: its score (a number)
+-- and payload (nil when it sent none); nil when there is none.
+local function take_pending(pending, id)
+  local v = redis.call('HGET', pending, id)
+  if not v then return nil end
+  redis.call('HDEL', pending, id)
+  local sep = string.find(v, '|', 1, true)
+  if sep then return tonumber(string.sub(v, 1, sep - 1)), string.sub(v, sep + 1) end
+  return tonumber(v), nil
+end
+
+-- Ends reservation `r` of `id`, which failed (a nack, or its visibility ran
+-- out): the task goes back to the queue due `delay` s after `now` (nil: after
+-- its backoff), or to the dead set (payload kept) when that was its last
+-- attempt. An enqueue that came meanwhile merges in: the task is due at the
+-- earlier time, with the newer payload; after a last attempt it starts over
+-- with its attempts reset (the enqueue asked for a new run). Returns the
+-- score it was queued at, or nil when it is dead.
+local function end_reservation(K, id, r, now, delay)
+  redis.call('ZREM', K.inflight, id)
+  redis.call('HDEL', K.receipts, id)
+  local again, payload
+  if has_flag(r, 'e') then again, payload = take_pending(K.pending, id) end
+  if payload then redis.call('HSET', K.payloads, id, payload) end
+  local score
+  if not r.attempt then
+    -- Reserved by a ferrolock without attempts: back as it did then.
+    score = r.score or now
+    if again and again < score then score = again end
+  elseif r.max > 0 and r.attempt >= r.max then
+    if not again then
+      redis.call('ZADD', K.dead, float_text(now), id)
+      redis.call('HSET', K.attempts, id, digits(r.attempt))
+      return nil
+    end
+    redis.call('HDEL', K.attempts, id)
+    score = again
+  else
+    redis.call('HSET', K.attempts, id, digits(r.attempt))
+    score = now + (delay or backoff_s(r))
+    if again and again < score then score = again end
+  end
+  queue_at(K.queue, id, score)
+  return score
+end
+
+-- Acknowledges the reservation of `id` made by `rid`: the task is done; its
+-- payload and attempts go. An enqueue that came while it was in flight
+-- queues it again as a new task (attempts 0; the newer payload, else the
+-- one it had). Returns 1, or 0 when the reservation is not `rid`'s (it
+-- ended, maybe went to another consumer: that claim is left alone).
+local function ack_reservation(K, id, rid, channel)
+  local held = redis.call('HGET', K.receipts, id)
+  local r = held and parse_reservation(held)
+  if not r or r.rid ~= rid then return 0 end
+  redis.call('ZREM', K.inflight, id)
+  redis.call('HDEL', K.receipts, id)
+  local again, payload
+  if has_flag(r, 'e') then again, payload = take_pending(K.pending, id) end
+  if again then
+    if payload then redis.call('HSET', K.payloads, id, payload) end
+    redis.call('HDEL', K.attempts, id)
+    queue_at(K.queue, id, again)
+    if redis.call('EXISTS', K.waiters) == 1 then
+      wake_waiters(K.waiters, K.leases, channel, 1, '')
+    end
+    return 1
+  end
+  if has_flag(r, 'p') then redis.call('HDEL', K.payloads, id) end
+  if not r.attempt or r.attempt > 1 then redis.call('HDEL', K.attempts, id) end
+  return 1
+end
+
+-- Gives the reservation of `id` made by `rid` back (see end_reservation),
+-- due `delay` s from `now` (nil: after its backoff). Returns 1 when it went
+-- back to the queue, 2 when it went to the dead set, 0 when the reservation
+-- is not `rid`'s.
+local function nack_reservation(K, id, rid, delay, now, channel)
+  local held = redis.call('HGET', K.receipts, id)
+  local r = held and parse_reservation(held)
+  if not r or r.rid ~= rid then return 0 end
+  local score = end_reservation(K, id, r, now, delay)
+  if not score then return 2 end
+  if redis.call('EXISTS', K.waiters) == 1 then
+    -- A waiter re-reads when work is next due.
+    prune_waiters(K.waiters, K.leases, math.floor(now * 1000))
+    wake_waiters(K.waiters, K.leases, channel, 1, '')
+  end
+  return 1
+end
+
+-- Ends the reservations whose visibility deadline passed (their consumer
+-- died or stalled) as failed attempts (see end_reservation). Returns how
+-- many of them are due at once.
+local function reclaim_expired(K, now, now_text)
+  local expired = redis.call('ZRANGEBYSCORE', K.inflight, '-inf', now_text, 'LIMIT', '0', '256')
+  local due = 0
+  for _, id in ipairs(expired) do
+    local held = redis.call('HGET', K.receipts, id)
+    local r = held and parse_reservation(held)
+    local score
+    if r then
+      score = end_reservation(K, id, r, now, nil)
+    else
+      redis.call('ZREM', K.inflight, id)
+      score = now
+      queue_at(K.queue, id, score)
+    end
+    if score and score <= now then due = due + 1 end
+  end
+  return due
 end
 
 -- Removes from `queue` the ids of `items` (id, score, id, score, ...), at
@@ -287,6 +476,33 @@ local function remove_taken(queue, items)
   end
   if #ids > 0 then redis.call('ZREM', queue, unpack(ids)) end
   return items
+end
+
+-- The values of `ids` in hash `key` (false where none), 1000 ids per HMGET
+-- (unpack has a stack limit).
+local function hash_values(key, ids)
+  local out = {}
+  for i = 1, #ids, 1000 do
+    local got = redis.call('HMGET', key, unpack(ids, i, math.min(i + 999, #ids)))
+    for j = 1, #got do out[i + j - 1] = got[j] end
+  end
+  return out
+end
+
+-- The payloads (false where none) and attempts of `ids` — 0 in place of a
+-- list when none of them has any — and, with `forget`, deletes them (the
+-- tasks leave the queue for good).
+local function task_data(K, ids, forget)
+  local out = {}
+  for i, key in ipairs({K.payloads, K.attempts}) do
+    local values, any = hash_values(key, ids), false
+    for j = 1, #ids do any = any or values[j] end
+    if any and forget then
+      for j = 1, #ids, 1000 do redis.call('HDEL', key, unpack(ids, j, math.min(j + 999, #ids))) end
+    end
+    out[i] = any and values or 0
+  end
+  return out[1], out[2]
 end
 
 -- The earliest time (unix s, as a string) at which work may appear without

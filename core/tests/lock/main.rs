@@ -9,6 +9,7 @@ mod basic;
 mod faults;
 mod fencing;
 mod legacy;
+mod restore;
 mod steps;
 mod wait_faults;
 mod waiting;

@@ -1,23 +1,16 @@
-//! Queue behaviour against a real redis-server.
-#![allow(clippy::unwrap_used)]
-
-mod common;
+//! The legacy queue: enqueue, pop, top, dequeue, waiting for work, the
+//! legacy queue lock; and the plain reserve → ack / nack.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{client, queue_opts, raw};
 use ferrolock::{ErrorKind, Queue, Wait};
 use redis::Commands;
 
-fn ids(tasks: &[ferrolock::Task]) -> Vec<String> {
-    tasks
-        .iter()
-        .map(|t| String::from_utf8_lossy(&t.id).into_owned())
-        .collect()
-}
+use crate::common::{client, queue_opts, raw};
+use crate::ids;
 
 #[test]
 fn enqueue_dedups_and_keeps_the_first_score() {
@@ -194,13 +187,15 @@ fn enqueue_wakes_a_blocked_pop_by_notification() {
 
 #[test]
 fn reserve_ack_nack_and_visibility_timeout() {
-    let q = Queue::new(&client(), b"q", queue_opts("reserve")).unwrap();
+    let mut opts = queue_opts("reserve");
+    opts.backoff = Duration::ZERO; // a timed-out task is due again at once
+    let q = Queue::new(&client(), b"q", opts).unwrap();
     q.enqueue(&["a", "b"], 0.0, None, None).unwrap();
     let a = q
         .reserve(Some(Duration::from_millis(300)), Wait::Try, None)
         .unwrap()
         .unwrap();
-    assert_eq!(a.id, b"a");
+    assert_eq!((a.id.as_slice(), a.attempts), (&b"a"[..], 1));
     assert_eq!(q.len().unwrap(), 1, "reserved task left the queue");
     assert_eq!(q.in_flight().unwrap(), 1);
     assert_eq!(
@@ -217,47 +212,63 @@ fn reserve_ack_nack_and_visibility_timeout() {
     // a's consumer "dies": after the visibility timeout it comes back.
     thread::sleep(Duration::from_millis(400));
     let again = q.reserve(None, Wait::Try, None).unwrap().unwrap();
-    assert_eq!(again.id, b"a");
-    assert_eq!(again.score, a.score, "original score kept");
+    assert_eq!((again.id.as_slice(), again.attempts), (&b"a"[..], 2));
+    assert!(again.score > a.score, "due again when it timed out");
     // The late ack of the first consumer fails and leaves the new claim alone.
     assert!(!q.ack(&a.id, a.receipt.as_deref().unwrap()).unwrap());
     assert_eq!(q.in_flight().unwrap(), 1);
     assert!(
-        q.nack(&again.id, again.receipt.as_deref().unwrap(), 0.0, None)
-            .unwrap()
+        q.nack(
+            &again.id,
+            again.receipt.as_deref().unwrap(),
+            Some(0.0),
+            None
+        )
+        .unwrap()
     );
     assert_eq!(q.in_flight().unwrap(), 0);
-    assert_eq!(ids(&q.pop(5, Wait::Try, None, None).unwrap()), ["a"]);
+    let popped = q.pop(5, Wait::Try, None, None).unwrap();
+    assert_eq!(ids(&popped), ["a"]);
+    assert_eq!(
+        popped[0].attempts, 2,
+        "a popped task tells its past attempts"
+    );
 }
 
 #[test]
-fn a_reclaimed_task_keeps_its_exact_score() {
+fn a_reservation_of_an_older_ferrolock_returns_with_its_exact_score() {
+    // Before attempts, a reservation was "<receipt>|<score>" and a timed-out
+    // task went back with its score: kept for reservations made then.
     let q = Queue::new(&client(), b"q", queue_opts("reclaim-score")).unwrap();
     let key = format!("{}q", String::from_utf8_lossy(&q.options().prefix));
     let score: f64 = 1.0 / 3.0; // no short decimal form
     let _: () = raw().zadd(&key, "t", score).unwrap();
-    let first = q
-        .reserve(Some(Duration::from_millis(50)), Wait::Try, None)
-        .unwrap()
-        .unwrap();
+    let first = q.reserve(None, Wait::Try, None).unwrap().unwrap();
     assert_eq!(first.score.to_bits(), score.to_bits());
-    thread::sleep(Duration::from_millis(100));
-    // Reclaimed by this reserve (its consumer "died"), then reserved again.
-    let again = q.reserve(None, Wait::Try, None).unwrap().unwrap();
-    assert_eq!(again.id, b"t");
-    assert_eq!(again.score.to_bits(), score.to_bits());
-
-    // A receipt edited by hand into text Redis would not take as a score
-    // (leading space) is read as a number: the task comes back, pops go on.
     let mut r = raw();
     let receipts: Vec<String> = r.keys(format!("{{*}}{key}:receipts")).unwrap();
     assert_eq!(receipts.len(), 1, "{receipts:?}");
     let inflight = receipts[0].replace(":receipts", ":inflight");
-    let receipt = again.receipt.as_deref().unwrap();
+    let old = ferrolock::new_token();
     let _: () = r
-        .hset(&receipts[0], "t", format!("{receipt}| 0.5"))
+        .hset(&receipts[0], "t", format!("{old}|{score:?}"))
         .unwrap();
     let _: () = r.zadd(&inflight, "t", 1.0).unwrap(); // its deadline passed
+    let again = q.reserve(None, Wait::Try, None).unwrap().unwrap();
+    assert_eq!(again.id, b"t");
+    assert_eq!(again.score.to_bits(), score.to_bits());
+
+    // An older consumer acks with its bare receipt.
+    let _: () = r
+        .hset(&receipts[0], "t", format!("{old}|{score:?}"))
+        .unwrap();
+    assert!(q.ack(b"t", &old).unwrap());
+    assert_eq!(q.in_flight().unwrap(), 0);
+
+    // A receipt edited by hand into text Redis would not take as a score
+    // (leading space) is read as a number: the task comes back, pops go on.
+    let _: () = r.hset(&receipts[0], "t", format!("{old}| 0.5")).unwrap();
+    let _: () = r.zadd(&inflight, "t", 1.0).unwrap();
     let popped = q.pop(1, Wait::Try, None, None).unwrap();
     assert_eq!(ids(&popped), ["t"]);
     assert_eq!(popped[0].score, 0.5);
