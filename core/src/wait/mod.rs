@@ -338,6 +338,11 @@ impl<W: Waiting> Waiter<W> {
         &self.ticket
     }
 
+    /// What waits (the lock's or queue's side of the wait).
+    pub(crate) fn waiting(&self) -> &W {
+        &self.w
+    }
+
     /// One step: takes the ticket's event, then makes at most one attempt
     /// (or, at the deadline, the deregistration). See [`Step`].
     pub(crate) fn step(&mut self) -> Result<Step<W::Output>> {
