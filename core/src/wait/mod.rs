@@ -53,7 +53,7 @@
 //! blocking form ([`wait_loop`]) waits on the ticket's condition variable in
 //! 50 ms slices (for the interrupt hook); an event loop runs each step on an
 //! executor and waits on the ticket's callback instead, so the semantics
-//! stay here. [`AcquireSteps`](crate::lock::steps::AcquireSteps) is the
+//! stay here. [`AcquireSteps`](crate::AcquireSteps) is the
 //! public form for a lock.
 //!
 //! # The rooms
