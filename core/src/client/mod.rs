@@ -554,7 +554,16 @@ impl Client {
     /// switch-over, issue 27.4). Running it again is harmless: it only ever
     /// frees a key that still holds its token. Nothing is kept for other
     /// deployments.
-    pub(crate) fn note_release(&self, make: impl FnOnce() -> Box<dyn crate::settle::Settlement>) {
+    ///
+    /// `since`: [`Client::master_moves`] before the release was sent. A
+    /// master change seen while it was in flight has already handed the
+    /// kept releases to the keeper, so this one goes to the keeper at once
+    /// (it may have run on the old master after the promotion).
+    pub(crate) fn note_release(
+        &self,
+        since: u64,
+        make: impl FnOnce() -> Box<dyn crate::settle::Settlement>,
+    ) {
         if !matches!(self.inner.backend, Backend::Sentinel) {
             return;
         }
@@ -562,6 +571,12 @@ impl Client {
         let window = replay_window(self.inner.config.command_timeout);
         let settlement = make();
         let mut idle = self.inner.pool.state();
+        // (`moves` changes, and the kept releases are taken, under this lock.)
+        if self.master_moves() != since {
+            drop(idle);
+            crate::settle::defer(settlement);
+            return;
+        }
         while idle.replays.front().is_some_and(|(at, _)| {
             now.duration_since(*at) > window || idle.replays.len() >= MAX_REPLAYS
         }) {

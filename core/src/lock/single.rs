@@ -731,6 +731,7 @@ impl Lock {
             watchdog::unregister(lease);
         }
         let budget = self.client.one_call();
+        let moves = self.client.master_moves();
         // Whether a try that may have run was sent while the hold was valid.
         let mut ran_while_valid = false;
         let mut pause = FIRST_RETRY_PAUSE;
@@ -740,14 +741,14 @@ impl Lock {
             let maybe_ran = Cell::new(false);
             let last = match self.release_token(&held.token, hand_over, budget, &maybe_ran) {
                 Ok(true) => {
-                    self.released(&held);
+                    self.released(&held, moves);
                     return Ok(());
                 }
                 Ok(false)
                     if (ran_while_valid || (maybe_ran.get() && valid))
                         && !self.master_moved(&held) =>
                 {
-                    self.released(&held);
+                    self.released(&held, moves);
                     return Ok(());
                 }
                 Ok(false) => {
@@ -770,9 +771,10 @@ impl Lock {
 
     /// `held` was released: under Sentinel the release is kept a moment, to
     /// run again on a new master should the master turn out to have changed
-    /// (see [`Client::note_release`]).
-    fn released(&self, held: &Held) {
-        self.client.note_release(|| {
+    /// (see [`Client::note_release`]; `moves`: the count of master changes
+    /// before it was sent).
+    fn released(&self, held: &Held, moves: u64) {
+        self.client.note_release(moves, || {
             Box::new(ReleaseHold {
                 client: self.client.clone(),
                 keys: self.keys.clone(),
