@@ -233,9 +233,18 @@ fn classify(err: &redis::RedisError) -> ErrorKind {
         K::AuthenticationFailed => ErrorKind::Auth,
         K::InvalidClientConfig => ErrorKind::Config,
         K::Server(S::NoPerm) => ErrorKind::Auth,
-        K::Server(S::ReadOnly | S::MasterDown | S::TryAgain | S::ClusterDown | S::BusyLoading) => {
-            ErrorKind::Connection
-        }
+        // The server cannot serve it now, or (MOVED, ASK, when the cluster
+        // client's redirections ran out) the topology is changing: retried
+        // like a connection error.
+        K::Server(
+            S::ReadOnly
+            | S::MasterDown
+            | S::TryAgain
+            | S::ClusterDown
+            | S::BusyLoading
+            | S::Moved
+            | S::Ask,
+        ) => ErrorKind::Connection,
         // A reply that is not RESP: a peer that is not a Redis server.
         K::Parse => ErrorKind::Connection,
         K::MasterNameNotFoundBySentinel

@@ -11,7 +11,8 @@
 //! {t}Lock:<name>:fence          string  last fencing token issued
 //! {t}Lock:<name>:waiters        zset    waiter id -> arrival (µs)      FIFO order
 //! {t}Lock:<name>:leases         zset    waiter id -> lease deadline    dead-waiter pruning
-//! {t}Lock:<name>:wake:<waiter>  channel pub/sub wake-up of one waiter
+//! {t}Lock:<name>:legacy         string  exists while legacy pollers have their turn
+//! {t}Lock:<name>:legacy_next    string  server time (ms) of the next such turn
 //! Queue:<name>                  zset    task id -> due time (unix s)   (legacy layout)
 //! Lock:Queue:<name>             string  legacy queue lock, never taken (legacy layout)
 //! {t}Queue:<name>:inflight      zset    task id -> visibility deadline
@@ -24,7 +25,13 @@
 //! {t}Queue:<name>:r:<rid>       string  what the take <rid> took (5 min), or 'x'
 //! {t}Queue:<name>:waiters       zset    consumers waiting for work
 //! {t}Queue:<name>:leases        zset    their lease deadlines
+//! fl:w:<hub>                    channel wake-ups of one process's waiters (pub/sub)
+//! {t}fl:w:<hub>                 channel the same, per slot (Cluster, sharded pub/sub)
 //! ```
+//!
+//! A waiter is `<hub>:<waiter>` in a waiter list (a lock waiter adds
+//! `|<ttl ms>|<token>`): `<hub>` names the channel of its process, where
+//! the scripts publish its grant or wake-up (see `wait/hub.rs`).
 //!
 //! Also the other names ferrolock makes up: owner tokens and waiter ids
 //! ([`new_token`]), and how a lock or queue is named in messages.
@@ -125,6 +132,26 @@ fn aux_prefix(main: &[u8]) -> Vec<u8> {
     out
 }
 
+/// The name of every wake-up channel after its hash tag.
+const WAKE: &str = "fl:w:";
+
+/// `{t}fl:w:`: the prefix of the wake-up channels of the waiters on `main`,
+/// tagged with the slot of `main` (what scripts on `main` may `SPUBLISH` to).
+fn wake_prefix(main: &[u8]) -> Vec<u8> {
+    format!("{{{}}}{WAKE}", tag_for_slot(slot_of(main))).into_bytes()
+}
+
+/// The wake-up channel of hub `hub`: sharded for `slot` (`{t}fl:w:<hub>`),
+/// or plain (`fl:w:<hub>`). The scripts name the same channels (see
+/// `waiter_channel` in `prelude.lua`).
+pub(crate) fn hub_channel(slot: Option<u16>, hub: &str) -> Vec<u8> {
+    match slot {
+        Some(slot) => format!("{{{}}}{WAKE}{hub}", tag_for_slot(slot)),
+        None => format!("{WAKE}{hub}"),
+    }
+    .into_bytes()
+}
+
 fn join(a: &[u8], b: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(a.len() + b.len());
     out.extend_from_slice(a);
@@ -143,10 +170,15 @@ pub(crate) struct LockKeys {
     pub waiters: Vec<u8>,
     /// Waiter lease deadlines.
     pub leases: Vec<u8>,
+    /// Exists while legacy pollers have their turn (legacy interop).
+    pub legacy_turn: Vec<u8>,
+    /// When the next legacy pollers' turn may start.
+    pub legacy_next: Vec<u8>,
     /// Tokens whose acquire was abandoned (a set): a late write of one of
     /// them holds nothing (see `lock_abandon-5.lua`).
     pub ghosts: Vec<u8>,
-    /// Prefix of the per-waiter wake-up channels.
+    /// Prefix of the wake-up channels of its waiters' processes (`{t}fl:w:`;
+    /// the scripts drop the `{t}` unless the channel is sharded).
     pub channel: Vec<u8>,
 }
 
@@ -158,8 +190,10 @@ impl LockKeys {
             fence: join(&aux, b"fence"),
             waiters: join(&aux, b"waiters"),
             leases: join(&aux, b"leases"),
+            legacy_turn: join(&aux, b"legacy"),
+            legacy_next: join(&aux, b"legacy_next"),
             ghosts: join(&aux, b"ghosts"),
-            channel: join(&aux, b"wake:"),
+            channel: wake_prefix(&lock),
             lock,
         }
     }
@@ -191,7 +225,8 @@ pub(crate) struct QueueKeys {
     pub waiters: Vec<u8>,
     /// Their lease deadlines.
     pub leases: Vec<u8>,
-    /// Prefix of the per-consumer wake-up channels.
+    /// Prefix of the wake-up channels of its consumers' processes (as
+    /// [`LockKeys::channel`]).
     pub channel: Vec<u8>,
 }
 
@@ -212,7 +247,7 @@ impl QueueKeys {
             records: join(&aux, b"r:"),
             waiters: join(&aux, b"waiters"),
             leases: join(&aux, b"leases"),
-            channel: join(&aux, b"wake:"),
+            channel: wake_prefix(&queue),
             queue,
         }
     }
@@ -331,7 +366,14 @@ mod tests {
         ] {
             let k = LockKeys::new(b"Lock:", name);
             let s = slot_of(&k.lock);
-            for aux in [&k.fence, &k.waiters, &k.leases, &k.ghosts] {
+            for aux in [
+                &k.fence,
+                &k.waiters,
+                &k.leases,
+                &k.legacy_turn,
+                &k.legacy_next,
+                &k.ghosts,
+            ] {
                 assert_eq!(slot_of(aux), s, "{:?}", String::from_utf8_lossy(aux));
             }
             let q = QueueKeys::new(b"Queue:", b"Lock:", name);
@@ -351,6 +393,13 @@ mod tests {
         }
         let q = QueueKeys::new(b"Queue:", b"Lock:", b"jobs");
         assert_eq!(q.queue, b"Queue:jobs");
+        // A sharded hub channel is in the slot of the keys whose scripts
+        // publish to it; the plain one drops the tag.
+        let k = LockKeys::new(b"Lock:", b"orders");
+        let slot = slot_of(&k.lock);
+        assert_eq!(slot_of(&hub_channel(Some(slot), "s0123")), slot);
+        assert!(hub_channel(Some(slot), "s0123").starts_with(&k.channel));
+        assert_eq!(hub_channel(None, "p0123"), b"fl:w:p0123");
         assert_eq!(q.legacy_lock, b"Lock:Queue:jobs");
     }
 }

@@ -58,6 +58,7 @@ pub use error::{Error, ErrorKind, Result};
 pub use keys::{DEFAULT_LOCK_PREFIX, DEFAULT_QUEUE_PREFIX, new_token};
 pub use lock::redlock::Redlock;
 pub use lock::single::{Lock, caller_thread_id};
+pub use lock::waiter::AcquireSteps;
 pub use lock::{DEFAULT_TTL, DistributedLock, LockOptions};
 pub use ops::{InFlight, InFlightPage, Inspector, Listing, LockInfo, QueueInfo, Waiter};
 pub use queue::{

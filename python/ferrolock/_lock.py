@@ -135,6 +135,9 @@ class Lock(_native.Lock, _Forms):
     has left) until that many replicas have it, else release at once and raise
     :class:`LockError`; while the master has fewer replicas connected, acquires
     fail at once with :class:`LockError` naming the count, writing nothing.
+    legacy_interop: give legacy ``SETNX`` pollers (the hand-rolled PHP
+    ``RedisLock``) a turn now and then under sustained contention (``None``,
+    the default: on for the legacy prefix ``Lock:``; see ``docs/migration.md``).
     on_lost: called as ``on_lost(lock)``, once per hold, from a background
     thread, when the watchdog finds the lock lost (expired or taken while
     held, or no renewal succeeded within its TTL); keep it short (set a flag,

@@ -196,6 +196,7 @@ class Lock(_LockBase):
         url: str | None = None,
         prefix: str = "Lock:",  # DEFAULT_LOCK_PREFIX
         min_replicas: int = 0,
+        legacy_interop: bool | None = None,
         on_lost: Callable[[Lock], object] | None = None,
     ) -> Self:
         """Create a lock (nothing is sent to Redis yet). ``on_lost`` is checked

@@ -15,9 +15,34 @@ use pyo3::types::{PyBool, PyByteArray, PyBytes, PyMapping, PyString};
 
 use crate::errors::{IntoPy, to_py, type_error};
 
+thread_local! {
+    /// Whether this thread is the interpreter's main thread (asked once per
+    /// thread, with the GIL).
+    static MAIN_THREAD: std::cell::OnceCell<bool> = const { std::cell::OnceCell::new() };
+}
+
+/// True in the interpreter's main thread: the only one where Python runs
+/// signal handlers (`PyErr_CheckSignals` does nothing elsewhere).
+fn in_main_thread(py: Python<'_>) -> bool {
+    MAIN_THREAD.with(|m| {
+        *m.get_or_init(|| {
+            let is_main = || -> PyResult<bool> {
+                let threading = py.import("threading")?;
+                let current = threading.call_method0("current_thread")?;
+                let main = threading.call_method0("main_thread")?;
+                Ok(current.is(&main))
+            };
+            is_main().unwrap_or(true)
+        })
+    })
+}
+
 /// Runs `f` with the GIL released. `f` gets an interrupt hook that, while it
-/// waits, re-takes the GIL every 50 ms to run Python signal handlers (so
-/// Ctrl-C raises `KeyboardInterrupt`) and checks `cancel` (asyncio).
+/// waits, checks `cancel` (asyncio) every 50 ms and, in the main thread,
+/// re-takes the GIL to run Python signal handlers (so Ctrl-C raises
+/// `KeyboardInterrupt`). Other threads never run signal handlers, so their
+/// hook leaves the GIL alone: 500 waiting threads would otherwise take it
+/// 10,000 times a second, and a woken waiter would queue behind them.
 ///
 /// Under gevent or eventlet, a greenlet's wait runs on a thread of its own
 /// while the greenlet yields to the hub (see `green.rs`).
@@ -50,9 +75,13 @@ where
         return crate::green::run(&wait, f, undo)?.map_err(|e| signal_or(py, e));
     }
     let pending: Mutex<Option<PyErr>> = Mutex::new(None);
+    let main = in_main_thread(py);
     let hook = || -> ferrolock::Result<()> {
         if cancel.is_some_and(|c| c.load(Ordering::Acquire)) {
             return Err(interrupted("cancelled"));
+        }
+        if !main {
+            return Ok(());
         }
         Python::attach(|py| py.check_signals()).map_err(|e| {
             if let Ok(mut slot) = pending.lock() {
@@ -199,6 +228,17 @@ pub fn bool_arg(value: &Bound<'_, PyAny>, what: &str) -> PyResult<bool> {
         .map_err(|_| type_error(what, "a bool", value))
 }
 
+/// `None` or a `bool`.
+pub fn opt_bool_arg(value: &Bound<'_, PyAny>, what: &str) -> PyResult<Option<bool>> {
+    if value.is_none() {
+        return Ok(None);
+    }
+    value
+        .extract::<bool>()
+        .map(Some)
+        .map_err(|_| type_error(what, "a bool or None", value))
+}
+
 /// A `str`, as bytes (see [`str_bytes`]).
 pub fn str_arg(value: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u8>> {
     str_bytes(value, what)
@@ -272,6 +312,7 @@ pub mod arg {
         auto_renew: bool = bool_arg("auto_renew");
         reentrant: bool = bool_arg("reentrant");
         fair: bool = bool_arg("fair");
+        legacy_interop: Option<bool> = opt_bool_arg("legacy_interop");
         url: Option<String> = opt_text_arg("url");
         prefix: Vec<u8> = str_arg("prefix");
         token: String = text_arg("token");

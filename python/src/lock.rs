@@ -284,9 +284,10 @@ impl PyLock {
     #[pyo3(
         signature = (name, *, ttl = DEFAULT_TTL.as_secs_f64(), timeout = None, auto_renew = true,
                      reentrant = false, fair = false, url = None, prefix = DEFAULT_LOCK_PREFIX.into(),
-                     min_replicas = 0, on_lost = None),
+                     min_replicas = 0, legacy_interop = None, on_lost = None),
         text_signature = "(name, *, ttl=30.0, timeout=None, auto_renew=True, reentrant=False, \
-                          fair=False, url=None, prefix='Lock:', min_replicas=0, on_lost=None)"
+                          fair=False, url=None, prefix='Lock:', min_replicas=0, \
+                          legacy_interop=None, on_lost=None)"
     )]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -299,6 +300,7 @@ impl PyLock {
         #[pyo3(from_py_with = arg::url)] url: Option<String>,
         #[pyo3(from_py_with = arg::prefix)] prefix: Vec<u8>,
         #[pyo3(from_py_with = arg::min_replicas)] min_replicas: i64,
+        #[pyo3(from_py_with = arg::legacy_interop)] legacy_interop: Option<bool>,
         on_lost: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyClassInitializer<Self>> {
         // Kept by the package (`ferrolock/_events.py`, from `Lock.__init__`),
@@ -317,6 +319,7 @@ impl PyLock {
         opts.reentrant = reentrant;
         opts.fair = fair;
         opts.prefix = prefix;
+        opts.legacy_interop = legacy_interop;
         opts.min_replicas = u32::try_from(min_replicas).map_err(|_| {
             pyo3::exceptions::PyValueError::new_err(format!(
                 "min_replicas must be between 0 and {}, got {min_replicas}",

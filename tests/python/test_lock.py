@@ -255,12 +255,12 @@ def test_connection_error_is_clear_and_bounded(name):
     assert isinstance(info.value, ferrolock.FerrolockError)
     assert name in str(info.value)
     assert time.monotonic() - start < 2
-    # A wait rides out connection errors until its timeout (a restart, a
-    # failover), then fails the same way, saying for how long it tried.
+    # A wait keeps trying until its timeout, then says for how long it did.
     start = time.monotonic()
-    with pytest.raises(ferrolock.ConnectionError, match="tried for"):
+    with pytest.raises(ferrolock.ConnectionError, match="gave up after") as info:
         lock.acquire(timeout=1)
-    assert time.monotonic() - start < 1 + 3 + 0.5
+    assert name in str(info.value)
+    assert 1 <= time.monotonic() - start < 3
 
 
 def test_repr_and_properties(url, name):

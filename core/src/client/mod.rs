@@ -7,7 +7,8 @@
 //! knows of it), `pool.rs` (idle connections and that knowledge, under one
 //! mutex), this file (the [`Client`]: running a command on a pooled
 //! connection, with one retry when a reused connection turns out dead), and
-//! `subscriber.rs` (connections for pub/sub waits, on the right node).
+//! `subscriber.rs` (the wait hub's side of the client: its subscription
+//! connections, on the right node).
 
 pub(crate) mod conn;
 mod nodes;
@@ -356,9 +357,17 @@ impl Client {
                 self.forget_topology(&e);
                 let epoch = self.inner.pool.state().epoch;
                 if budget.is_spent() {
+                    self.inner.pool.discard();
                     return Err(self.spent(context));
                 }
-                let mut fresh = self.connect(budget).map_err(|e| e.context(context))?;
+                // The dead connection's place in the pool goes to the new one.
+                let mut fresh = match self.connect(budget) {
+                    Ok(fresh) => fresh,
+                    Err(e) => {
+                        self.inner.pool.discard();
+                        return Err(e.context(context));
+                    }
+                };
                 match self.round_trip(&mut fresh, budget, &mut op) {
                     Ok(v) => {
                         self.inner.pool.put(fresh, epoch);
@@ -422,6 +431,8 @@ impl Client {
         let unknown = may_have_run(&e);
         let waited = conn.timeout();
         if e.is_io_error() || e.is_timeout() || e.is_unrecoverable_error() || is_failover(&e) {
+            drop(conn);
+            self.inner.pool.discard();
             self.forget_topology(&e);
         } else {
             self.inner.pool.put(conn, epoch);
@@ -464,14 +475,21 @@ impl Client {
     }
 
     /// A connection, whether it was pooled, and the pool's epoch when it
-    /// was taken (for [`Pool::put`]).
+    /// was taken (for [`Pool::put`]). Waits within `budget` while the pool
+    /// has all the connections it may open in use (see `pool.rs`).
     fn checkout(&self, budget: Budget) -> Result<(Conn, bool, u64)> {
         if matches!(self.inner.backend, Backend::Sentinel) {
             self.master_client()?; // re-asks the sentinels once their answer is old
         }
-        match self.inner.pool.take() {
+        match self.inner.pool.take(budget, self.redacted_url())? {
             (Some(conn), epoch) => Ok((conn, true, epoch)),
-            (None, epoch) => Ok((self.connect(budget)?, false, epoch)),
+            (None, epoch) => match self.connect(budget) {
+                Ok(conn) => Ok((conn, false, epoch)),
+                Err(e) => {
+                    self.inner.pool.discard();
+                    Err(e)
+                }
+            },
         }
     }
 
@@ -583,7 +601,8 @@ impl Client {
         let view = idle.sentinel.as_mut().ok_or_else(no_view)?;
         let (client, moved) = view.settle(lookup.hand_back(), &asking, found, cfg.redacted_url());
         if moved {
-            // Failover: every pooled connection points at the old master.
+            // Failover: every pooled connection points at the old master,
+            // and the releases it confirmed lately may be lost with it.
             idle.invalidate();
             pool.moves.fetch_add(1, Ordering::AcqRel);
             // The new master may be another server version.
@@ -652,7 +671,16 @@ impl Client {
     /// switch-over, issue 27.4). Running it again is harmless: it only ever
     /// frees a key that still holds its token. Nothing is kept for other
     /// deployments.
-    pub(crate) fn note_release(&self, make: impl FnOnce() -> Box<dyn crate::settle::Settlement>) {
+    ///
+    /// `since`: [`Client::master_moves`] before the release was sent. A
+    /// master change seen while it was in flight has already handed the
+    /// kept releases to the keeper, so this one goes to the keeper at once
+    /// (it may have run on the old master after the promotion).
+    pub(crate) fn note_release(
+        &self,
+        since: u64,
+        make: impl FnOnce() -> Box<dyn crate::settle::Settlement>,
+    ) {
         if !matches!(self.inner.backend, Backend::Sentinel) {
             return;
         }
@@ -660,6 +688,12 @@ impl Client {
         let window = replay_window(self.inner.config.command_timeout);
         let settlement = make();
         let mut idle = self.inner.pool.state();
+        // (`moves` changes, and the kept releases are taken, under this lock.)
+        if self.master_moves() != since {
+            drop(idle);
+            crate::settle::defer(settlement);
+            return;
+        }
         while idle.replays.front().is_some_and(|(at, _)| {
             now.duration_since(*at) > window || idle.replays.len() >= MAX_REPLAYS
         }) {

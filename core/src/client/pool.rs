@@ -1,6 +1,6 @@
-//! The pool of one client: idle connections for commands and for
-//! subscriptions, and what the client knows of the deployment (the cluster
-//! slot map, the Sentinel master), all under one mutex.
+//! The pool of one client: idle connections for commands, the wait hub of
+//! this process (`wait/hub.rs`), and what the client knows of the deployment
+//! (the cluster slot map, the Sentinel master), all under one mutex.
 //!
 //! The pool is deliberately small and hand-rolled rather than r2d2: it must
 //! start no background thread (PHP-FPM workers, forked Python children), must
@@ -13,36 +13,54 @@
 //! when pooled connections may point at a server that is no longer the right
 //! one (a Sentinel failover seen or suspected), and a connection checked out
 //! before is then not pooled again.
+//!
+//! # Bounded, and shrinking when idle
+//!
+//! At most [`MAX_OPEN`] command connections of one client are open at once
+//! (idle ones included): a caller that finds none idle and the bound reached
+//! waits for one to come back, within its call's budget. Waiting threads do
+//! not hold connections (they listen through the hub), so the bound only
+//! queues bursts of round trips, which Redis serves one at a time anyway.
+//! Connections idle for longer than [`IDLE_TIMEOUT`] are closed, beyond the
+//! [`MIN_IDLE`] most recently used: when the pool is next used, and every
+//! second from the hub's reader while it runs (no thread of its own).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use redis::ConnectionLike;
 
-use super::conn::{Conn, Node};
+use super::conn::Conn;
 use super::replicas::Replicas;
 use super::sentinel::{Asking, LookupError, MasterView, Resolver};
 use super::topology::SlotCache;
+use crate::budget::Budget;
 use crate::config::Config;
+use crate::error::{Error, ErrorKind, Result};
 use crate::fork::current_pid;
 use crate::settle::Settlement;
 use crate::sync::LockUnpoisoned;
+use crate::wait::hub::Hub;
 
-/// Idle connections kept per client (and per node, for subscriptions); more
-/// concurrent users simply open more and close the surplus when done.
-const MAX_IDLE: usize = 64;
+/// The most command connections one client has open at once.
+pub(crate) const MAX_OPEN: usize = 32;
 
-/// A pooled subscriber connection and the leftover channel it still listens
-/// to (see `Subscriber::leftover`).
-pub(super) type IdleSubscriber = (redis::Connection, Option<Vec<u8>>);
+/// Idle connections older than this are closed (beyond [`MIN_IDLE`]).
+pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Idle connections kept however long they have been idle (a PHP-FPM
+/// worker's next request reuses them).
+const MIN_IDLE: usize = 2;
 
 /// The pool of one client.
 pub(super) struct Pool {
     idle: Mutex<Idle>,
     /// Sentinel: signalled, with `idle`, when a lookup ends.
     looked_up: Condvar,
+    /// Signalled, with `idle`, when a connection comes back or closes.
+    freed: Condvar,
     /// Sentinel: how many times the master was found to have changed (a
     /// failover), readable without the mutex.
     pub moves: AtomicU64,
@@ -51,10 +69,12 @@ pub(super) struct Pool {
 /// Pool state, valid for the process `pid` only.
 pub(super) struct Idle {
     pid: u32,
-    conns: Vec<Conn>,
-    /// Idle connections used for subscriptions, per cluster node (`None`:
-    /// the server or Sentinel master).
-    subscribers: HashMap<Option<Node>, Vec<IdleSubscriber>>,
+    /// Idle connections, the most recently used last, with when they came back.
+    conns: Vec<(Conn, Instant)>,
+    /// Command connections open (idle or checked out), at most [`MAX_OPEN`].
+    open: usize,
+    /// The wait hub of this client in this process.
+    pub hub: Option<Arc<Hub>>,
     /// Cluster: the slot map last fetched.
     pub slots: SlotCache,
     /// See the module documentation.
@@ -73,9 +93,21 @@ impl Idle {
     /// and keep those checked out now from coming back.
     pub(super) fn invalidate(&mut self) {
         self.epoch += 1;
+        self.open -= self.conns.len();
         self.replicas = None;
         self.conns.clear();
-        self.subscribers.clear();
+    }
+
+    /// Closes the connections idle for longer than [`IDLE_TIMEOUT`], beyond
+    /// the [`MIN_IDLE`] most recent (returned, to be dropped unlocked).
+    fn trim(&mut self, now: Instant) -> Vec<(Conn, Instant)> {
+        let keep_from = self.conns.len().saturating_sub(MIN_IDLE);
+        let old = self.conns[..keep_from]
+            .iter()
+            .take_while(|(_, since)| now.duration_since(*since) >= IDLE_TIMEOUT)
+            .count();
+        self.open -= old;
+        self.conns.drain(..old).collect()
     }
 }
 
@@ -89,7 +121,8 @@ impl Pool {
             idle: Mutex::new(Idle {
                 pid: current_pid(),
                 conns: Vec::new(),
-                subscribers: HashMap::new(),
+                open: 0,
+                hub: None,
                 slots: SlotCache::default(),
                 epoch: 0,
                 sentinel,
@@ -97,6 +130,7 @@ impl Pool {
                 replays: VecDeque::new(),
             }),
             looked_up: Condvar::new(),
+            freed: Condvar::new(),
             moves: AtomicU64::new(0),
         });
         let mut pools = POOLS.lock_unpoisoned();
@@ -110,10 +144,12 @@ impl Pool {
         let mut idle = self.idle.lock_unpoisoned();
         let pid = current_pid();
         if idle.pid != pid {
-            // Forked: the sockets belong to the parent. Forget, never close.
+            // Forked: the sockets belong to the parent. Forget, never close
+            // (the hub too: its threads are the parent's).
             std::mem::forget(std::mem::take(&mut idle.conns));
-            std::mem::forget(std::mem::take(&mut idle.subscribers));
+            std::mem::forget(idle.hub.take());
             std::mem::forget(std::mem::take(&mut idle.replays));
+            idle.open = 0;
             if let Some(view) = idle.sentinel.as_mut() {
                 view.forget_after_fork();
             }
@@ -124,41 +160,84 @@ impl Pool {
         idle
     }
 
-    /// An idle connection if there is one, and the epoch to check it in with.
-    pub(super) fn take(&self) -> (Option<Conn>, u64) {
+    /// An idle connection (`Some`), or leave to open one (`None`: the
+    /// caller connects, and calls [`Pool::discard`] if that fails), and the
+    /// epoch to check it in with. With [`MAX_OPEN`] connections open, waits
+    /// for one to come back within `budget`. `context` names the server in
+    /// the error.
+    pub(super) fn take(&self, budget: Budget, context: &str) -> Result<(Option<Conn>, u64)> {
         let mut idle = self.state();
-        (idle.conns.pop(), idle.epoch)
+        loop {
+            let now = Instant::now();
+            let trimmed = match idle.conns.first() {
+                Some((_, since)) if now.duration_since(*since) >= IDLE_TIMEOUT => idle.trim(now),
+                _ => Vec::new(),
+            };
+            if let Some((conn, _)) = idle.conns.pop() {
+                let epoch = idle.epoch;
+                drop(idle);
+                drop(trimmed);
+                return Ok((Some(conn), epoch));
+            }
+            if idle.open < MAX_OPEN {
+                idle.open += 1;
+                return Ok((None, idle.epoch));
+            }
+            let left = match budget.left() {
+                Some(left) if left < Duration::from_millis(1) => {
+                    return Err(Error::new(
+                        ErrorKind::Timeout,
+                        format!(
+                            "{context}: timed out: all {MAX_OPEN} connections of the pool stayed busy for the whole call"
+                        ),
+                    ));
+                }
+                Some(left) => left,
+                None => Duration::from_secs(1),
+            };
+            idle = self
+                .freed
+                .wait_timeout(idle, left)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
+            if idle.pid != current_pid() {
+                drop(idle);
+                idle = self.state();
+            }
+        }
     }
 
     /// Pools `conn` again, unless it is closed or the epoch changed since
-    /// `epoch` (it may point at a master that is no longer one).
+    /// `epoch` (it may point at a master that is no longer one): then it is
+    /// closed.
     pub(super) fn put(&self, conn: Conn, epoch: u64) {
         let open = conn.is_open();
         let mut idle = self.state();
-        if open && idle.epoch == epoch && idle.conns.len() < MAX_IDLE {
-            idle.conns.push(conn);
+        if open && idle.epoch == epoch {
+            idle.conns.push((conn, Instant::now()));
+            drop(idle);
+        } else {
+            idle.open = idle.open.saturating_sub(1);
+            drop(idle);
+            drop(conn);
         }
+        self.freed.notify_one();
     }
 
-    /// An idle subscriber connection to `node`, if there is one.
-    pub(super) fn take_subscriber(&self, node: &Option<Node>) -> Option<IdleSubscriber> {
-        self.state().subscribers.get_mut(node).and_then(Vec::pop)
+    /// A connection from [`Pool::take`] (or the leave to open one) was
+    /// dropped instead of coming back.
+    pub(super) fn discard(&self) {
+        let mut idle = self.state();
+        idle.open = idle.open.saturating_sub(1);
+        drop(idle);
+        self.freed.notify_one();
     }
 
-    /// Closes the idle subscriber connections to `node` (with the pool
-    /// unlocked).
-    pub(super) fn drop_subscribers(&self, node: &Option<Node>) {
-        let closed = self.state().subscribers.remove(node);
-        drop(closed);
-    }
-
-    /// Pools a subscriber connection to `node` again.
-    pub(super) fn put_subscriber(&self, node: Option<Node>, idle: IdleSubscriber) {
-        let mut state = self.state();
-        let list = state.subscribers.entry(node).or_default();
-        if list.len() < MAX_IDLE {
-            list.push(idle);
-        }
+    /// Closes connections idle for longer than [`IDLE_TIMEOUT`] (see the
+    /// module documentation).
+    pub(super) fn trim(&self) {
+        let trimmed = self.state().trim(Instant::now());
+        drop(trimmed);
     }
 
     /// Waits until the Sentinel lookup under way ends (the count of lookups

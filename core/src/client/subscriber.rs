@@ -1,142 +1,131 @@
-//! Subscriber connections: where a waiter listens for its wake-up.
+//! The client's side of the wait hub (`wait/hub.rs`): the hub of this
+//! process, where its subscription connections go, and how they are opened.
 //!
 //! A subscription must live on the node that runs the scripts which publish
-//! to it: nowhere in particular for one server, the current master for
-//! Sentinel, the master serving the key's slot for Cluster. Subscriber
-//! connections speak RESP3, where subscription traffic arrives as push
-//! frames; they have a pool of their own and never carry ordinary commands.
+//! to it: the server itself, the current master for Sentinel, the master
+//! serving the key's slot for Cluster. Subscription connections speak RESP3,
+//! where subscription traffic arrives as push frames; they never carry
+//! ordinary commands.
+
+use std::sync::Arc;
 
 use super::conn::{Node, open, single_client, tcp_addr};
 use super::topology::SlotMap;
-use redis::ConnectionLike;
 
 use super::{Backend, Client};
+use crate::budget::Budget;
 use crate::config::{Target, node_info};
 use crate::error::{Error, ErrorKind, Result};
-
-/// A connection checked out for a subscription.
-pub(crate) struct Subscriber {
-    /// The RESP3 connection.
-    pub conn: redis::Connection,
-    node: Option<Node>,
-    /// The channel of a wait that ended successfully and that this connection
-    /// still listens to. Unsubscribing costs a write, which a waiter that was
-    /// just handed a lock should not pay before returning: the next wait on
-    /// this connection sends it together with its own SUBSCRIBE. Harmless
-    /// meanwhile: a finished waiter is in no waiter list, so nothing is ever
-    /// published to its channel again.
-    pub leftover: Option<Vec<u8>>,
-    /// Taken from the pool (the server may have closed it since).
-    pub reused: bool,
-}
-
-/// What [`Client::checkout_subscriber`] does with idle subscriber connections.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Pooled {
-    /// Reuse one if there is one.
-    Reuse,
-    /// Drop them all and open a new one: one of them was found closed.
-    Discard,
-}
+use crate::wait::hub::Hub;
 
 impl Client {
-    /// A connection for a subscription, to the node that serves `key` (the
-    /// server itself, the Sentinel master, or the cluster node owning the
-    /// key's slot). A returned subscriber can unsubscribe without waiting
-    /// for the confirmation (the next user skips it), or leave that to the
-    /// next user altogether ([`Subscriber::leftover`]).
-    /// Return it with [`Client::checkin_subscriber`].
-    pub(crate) fn checkout_subscriber(&self, key: &[u8], pooled: Pooled) -> Result<Subscriber> {
-        let ctx = self.inner.config.redacted_url();
-        let node = self.subscription_node(key)?;
-        let pool = &self.inner.pool;
-        if pooled == Pooled::Discard {
-            // Closed with the one that just failed, most likely.
-            pool.drop_subscribers(&node);
-        } else if let Some((conn, leftover)) = pool.take_subscriber(&node) {
-            return Ok(Subscriber {
-                conn,
-                node,
-                leftover,
-                reused: true,
-            });
+    /// The wait hub of this client in this process, made on first use. On
+    /// a Cluster this asks a node once whether it has sharded pub/sub
+    /// (Redis 7): with it, each slot waited on gets a channel of its own.
+    pub(crate) fn hub(&self) -> Result<Arc<Hub>> {
+        if let Some(hub) = self.inner.pool.state().hub.clone() {
+            return Ok(hub);
         }
-        let client = match (&self.inner.backend, &node) {
-            (Backend::Single(_) | Backend::Sentinel, _) => {
-                let client = match &self.inner.backend {
-                    Backend::Single(c) => c.clone(),
-                    _ => self.master_client()?,
-                };
-                let info = client.get_connection_info().clone();
-                let settings = info
-                    .redis_settings()
-                    .clone()
-                    .set_protocol(redis::ProtocolVersion::RESP3);
-                single_client(&info.set_redis_settings(settings), &self.inner.config)
-                    .map_err(|e| Error::from_redis(ctx, e))?
+        let sharded = self.is_cluster() && self.has_sharded_pubsub()?;
+        let mut idle = self.inner.pool.state();
+        Ok(idle
+            .hub
+            .get_or_insert_with(|| Arc::new(Hub::new(self.is_cluster(), sharded)))
+            .clone())
+    }
+
+    /// Whether the servers know `SPUBLISH` (`COMMAND INFO` answers nil for
+    /// a command they do not know).
+    fn has_sharded_pubsub(&self) -> Result<bool> {
+        let info: Vec<redis::Value> = self.query(
+            "sharded pub/sub",
+            redis::cmd("COMMAND").arg("INFO").arg("SPUBLISH"),
+        )?;
+        Ok(matches!(info.first(), Some(redis::Value::Array(_))))
+    }
+
+    /// The pool's epoch: it moves when pooled connections may point at a
+    /// server that is no longer the right one (a Sentinel master change).
+    pub(crate) fn epoch(&self) -> u64 {
+        self.inner.pool.state().epoch
+    }
+
+    /// Forgets the cached Cluster slot map (a slot moved).
+    pub(crate) fn forget_slots(&self) {
+        self.inner.pool.state().slots.clear();
+    }
+
+    /// Closes command connections that have been idle for a while (see
+    /// `pool.rs`).
+    pub(crate) fn trim_idle(&self) {
+        self.inner.pool.trim();
+    }
+
+    /// Where subscriptions for `key` must live: nowhere in particular for one
+    /// server (`None`), the current master for Sentinel (`None`: the hub
+    /// follows the master itself), the slot's master for Cluster.
+    pub(crate) fn pubsub_node(&self, key: &[u8]) -> Result<Option<Node>> {
+        Ok(match &self.inner.backend {
+            Backend::Single(_) | Backend::Sentinel => None,
+            Backend::Cluster(_) => Some(self.node_for(key)?),
+        })
+    }
+
+    /// A new RESP3 connection to `node` (`None`: the server, or the current
+    /// Sentinel master), made within `budget`, and the pool's epoch when it
+    /// was made.
+    pub(crate) fn open_pubsub(
+        &self,
+        node: &Option<Node>,
+        budget: Budget,
+    ) -> Result<(redis::Connection, u64)> {
+        let cfg = &self.inner.config;
+        let ctx = cfg.redacted_url();
+        let epoch = self.epoch();
+        let client = match (&self.inner.backend, node) {
+            (Backend::Single(c), _) => resp3(c, cfg).map_err(|e| Error::from_redis(ctx, e))?,
+            (Backend::Sentinel, _) => {
+                let master = self.master_client()?;
+                resp3(&master, cfg).map_err(|e| Error::from_redis(ctx, e))?
             }
             (Backend::Cluster(_), Some((host, port))) => {
                 let Target::Cluster {
                     node: settings,
                     tls,
                     ..
-                } = &self.inner.config.target
+                } = &cfg.target
                 else {
                     unreachable!("cluster backend has a cluster target")
                 };
                 let settings = settings.clone().set_protocol(redis::ProtocolVersion::RESP3);
-                let info = node_info(host, *port, &settings, *tls)
-                    .map_err(|e| Error::from_redis(ctx, e))?;
-                single_client(&info, &self.inner.config).map_err(|e| Error::from_redis(ctx, e))?
+                let ctx = format!("{ctx}: node {host}:{port}");
+                node_info(host, *port, &settings, *tls)
+                    .and_then(|info| single_client(&info, cfg))
+                    .map_err(|e| Error::from_redis(&ctx, e))?
             }
-            (Backend::Cluster(_), None) => unreachable!("cluster subscribers have a node"),
+            (Backend::Cluster(_), None) => {
+                return Err(Error::new(
+                    ErrorKind::Config,
+                    format!("{ctx}: a cluster subscription needs a node"),
+                ));
+            }
         };
-        let conn = open(
-            &client,
-            &self.inner.config,
-            self.inner.config.connect_timeout,
-        )
-        .map_err(|e| Error::from_redis(ctx, e))?;
-        Ok(Subscriber {
-            conn,
-            node,
-            leftover: None,
-            reused: false,
-        })
+        let at = match node {
+            Some((host, port)) => format!("{ctx}: node {host}:{port}"),
+            None => match tcp_addr(client.get_connection_info()) {
+                Some((host, port)) if matches!(self.inner.backend, Backend::Sentinel) => {
+                    format!("{ctx}: master {host}:{port}")
+                }
+                _ => ctx.to_owned(),
+            },
+        };
+        let conn = open(&client, cfg, budget.cap(cfg.connect_timeout))
+            .map_err(|e| Error::from_redis(&at, e))?;
+        Ok((conn, epoch))
     }
 
-    /// Where subscriptions for `key` must live: nowhere in particular for one
-    /// server, the current master for Sentinel, the slot's master for Cluster.
-    /// A grant is only published to a waiter listening on the node that runs
-    /// the script, so a subscription elsewhere would never hear it.
-    fn subscription_node(&self, key: &[u8]) -> Result<Option<Node>> {
-        Ok(match &self.inner.backend {
-            Backend::Single(_) => None,
-            Backend::Sentinel => tcp_addr(self.master_client()?.get_connection_info()),
-            Backend::Cluster(_) => Some(self.node_for(key)?),
-        })
-    }
-
-    /// False when `sub` no longer listens where grants for `key` are
-    /// published (a failover or a slot migration happened): the waiter should
-    /// subscribe again. Errors while finding out count as "still current".
-    pub(crate) fn subscriber_is_current(&self, sub: &Subscriber, key: &[u8]) -> bool {
-        match self.subscription_node(key) {
-            Ok(node) => node == sub.node,
-            Err(_) => true,
-        }
-    }
-
-    /// Returns a connection taken with [`Client::checkout_subscriber`].
-    pub(crate) fn checkin_subscriber(&self, sub: Subscriber) {
-        if sub.conn.is_open() {
-            self.inner
-                .pool
-                .put_subscriber(sub.node, (sub.conn, sub.leftover));
-        }
-    }
-
-    /// Cluster: the master serving the slot of `key`, from `CLUSTER SLOTS`.
+    /// Cluster: the master serving the slot of `key`, from `CLUSTER SLOTS`
+    /// (cached for a second, and forgotten when a slot moves).
     fn node_for(&self, key: &[u8]) -> Result<Node> {
         let slot = crate::keys::slot_of(key);
         if let Some(node) = self.inner.pool.state().slots.node(slot) {
@@ -154,4 +143,14 @@ impl Client {
         self.inner.pool.state().slots.store(map);
         Ok(node)
     }
+}
+
+/// The same server's client, speaking RESP3 (with our socket options).
+fn resp3(client: &redis::Client, cfg: &crate::config::Config) -> redis::RedisResult<redis::Client> {
+    let info = client.get_connection_info().clone();
+    let settings = info
+        .redis_settings()
+        .clone()
+        .set_protocol(redis::ProtocolVersion::RESP3);
+    single_client(&info.set_redis_settings(settings), cfg)
 }

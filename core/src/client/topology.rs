@@ -25,7 +25,15 @@ pub(super) fn cluster_client(
         .tcp_settings(tcp_settings())
         .connection_timeout(config.connect_timeout)
         .response_timeout(config.command_timeout)
-        .retries(3);
+        .retries(3)
+        // TRYAGAIN (a multi-key script while its slot migrates), CLUSTERDOWN
+        // and the like: retry after 5-20, 5-40, 5-80 ms. The crate's default
+        // waits at least 1.28 s, which stalled every busy lock of a moving
+        // slot that long (issue 27.3); our callers ride out longer faults
+        // themselves, within their budget.
+        .min_retry_wait(5)
+        .max_retry_wait(80)
+        .retry_wait_formula(10, 2);
     if let Some(u) = node.username() {
         b = b.username(u);
     }

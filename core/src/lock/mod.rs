@@ -15,9 +15,10 @@
 //! `Redlock`). The two kinds share only what this file offers them.
 
 pub(crate) mod fence;
+pub(crate) mod legacy;
 pub(crate) mod redlock;
 pub(crate) mod single;
-mod waiter;
+pub(crate) mod waiter;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -58,7 +59,30 @@ pub struct LockOptions {
     /// acquires fail at once ([`ErrorKind::Quorum`]) without writing; a
     /// `WAIT` that falls short is undone at once. See docs/deployment.md.
     pub min_replicas: u32,
+    /// Share the lock fairly with legacy clients that poll with `SETNX`
+    /// (the hand-rolled PHP `RedisLock`): under sustained contention a
+    /// release now and then leaves the key free for one of their polls
+    /// instead of handing it to the next waiter (see `docs/migration.md`).
+    /// `None` (the default): on when the prefix is the legacy `Lock:`.
+    pub legacy_interop: Option<bool>,
+    /// How often those legacy clients poll (their `$waitIntervalUs`; 100 ms
+    /// by default): a turn leaves the key free for one and a half of these,
+    /// at most once every twenty.
+    pub legacy_poll: Duration,
 }
+
+impl LockOptions {
+    /// The legacy pollers' turns of a lock with these options, if on.
+    pub(crate) fn legacy_turns(&self) -> Option<legacy::Turns> {
+        let on = self
+            .legacy_interop
+            .unwrap_or(self.prefix == DEFAULT_LOCK_PREFIX.as_bytes());
+        on.then(|| legacy::Turns::for_poll(self.legacy_poll))
+    }
+}
+
+/// Default poll interval of legacy clients (the legacy `RedisLock`'s).
+pub const DEFAULT_LEGACY_POLL: Duration = Duration::from_millis(100);
 
 impl Default for LockOptions {
     fn default() -> Self {
@@ -70,6 +94,8 @@ impl Default for LockOptions {
             auto_renew: false,
             recheck: wait::DEFAULT_RECHECK,
             min_replicas: 0,
+            legacy_interop: None,
+            legacy_poll: DEFAULT_LEGACY_POLL,
         }
     }
 }
@@ -141,7 +167,8 @@ impl redis::FromRedisValue for Tried {
 
 /// One run of the acquire script (`lock_acquire-5.lua`) for `token`;
 /// `waiter` registers it as that waiter while the lock is busy ('' = not).
-/// An attempt of a non-fair lock that does not register (a `Lock`'s first
+/// `legacy_turn`: it respects legacy pollers' turns (`legacy.rs`).
+/// An attempt of a non-fair lock that does neither (a `Lock`'s first
 /// attempt, Redlock's attempts before they listen) uses the script's short
 /// form, three keys and four arguments fewer.
 pub(crate) fn acquire_call(
@@ -151,19 +178,20 @@ pub(crate) fn acquire_call(
     waiter: &str,
     fair: bool,
     lease_ms: u64,
+    legacy_turn: bool,
 ) -> Call {
-    if waiter.is_empty() && !fair {
+    if waiter.is_empty() && !fair && !legacy_turn {
         return LOCK_ACQUIRE
             .call(&[&k.lock, &k.fence])
             .arg(token)
             .arg(ttl_ms);
     }
-    full_acquire_call(k, token, ttl_ms, waiter, fair, lease_ms)
+    full_acquire_call(k, token, ttl_ms, waiter, fair, lease_ms, legacy_turn)
 }
 
 /// The acquire script's full form (see [`acquire_call`]), which also clears
 /// a ghost holder and waits behind older waiters of a fair lock; `waiter`
-/// '' does not register.
+/// '' does not register; `legacy_turn`: it respects legacy pollers' turns.
 pub(crate) fn full_acquire_call(
     k: &LockKeys,
     token: &str,
@@ -171,9 +199,22 @@ pub(crate) fn full_acquire_call(
     waiter: &str,
     fair: bool,
     lease_ms: u64,
+    legacy_turn: bool,
 ) -> Call {
+    let keys: &[&[u8]] = if legacy_turn {
+        &[
+            &k.lock,
+            &k.fence,
+            &k.waiters,
+            &k.leases,
+            &k.ghosts,
+            &k.legacy_turn,
+        ]
+    } else {
+        &[&k.lock, &k.fence, &k.waiters, &k.leases, &k.ghosts]
+    };
     LOCK_ACQUIRE
-        .call(&[&k.lock, &k.fence, &k.waiters, &k.leases, &k.ghosts])
+        .call(keys)
         .arg(token)
         .arg(ttl_ms)
         .arg(waiter)
@@ -189,6 +230,24 @@ pub(crate) fn release_call(k: &LockKeys, token: &str) -> Call {
         .call(&[&k.lock, &k.fence, &k.waiters, &k.leases])
         .arg(token)
         .arg(&k.channel)
+}
+
+/// [`release_call`] that may leave the key free for legacy pollers' turn
+/// instead of handing it over (2: released into a turn; see `legacy.rs`).
+pub(crate) fn release_call_with_turns(k: &LockKeys, token: &str, turns: legacy::Turns) -> Call {
+    LOCK_RELEASE
+        .call(&[
+            &k.lock,
+            &k.fence,
+            &k.waiters,
+            &k.leases,
+            &k.legacy_turn,
+            &k.legacy_next,
+        ])
+        .arg(token)
+        .arg(&k.channel)
+        .arg(turns.turn_ms)
+        .arg(turns.every_ms)
 }
 
 /// The extend script: the TTL of `token`'s hold set to `ttl_ms` (1: done).

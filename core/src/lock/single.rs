@@ -10,7 +10,7 @@ use super::fence::{self, Fence};
 use super::waiter::{LockWaiter, Trail};
 use super::{
     Abandon, DistributedLock, Extender, LockOptions, ReleaseHold, Tried, acquire_call, extend_call,
-    not_owned, release_call,
+    legacy, not_owned, release_call, release_call_with_turns,
 };
 use crate::budget::Budget;
 use crate::client::Client;
@@ -277,14 +277,30 @@ impl Lock {
         interrupt: Option<Interrupt<'_>>,
         caller: Option<u64>,
     ) -> Result<bool> {
+        if let Some(done) = self.reenter(wait, caller)? {
+            return Ok(done);
+        }
+        let token = token.unwrap_or_else(new_token);
+        let deadline = wait.deadline();
+        let budget = self.budget_of(wait, deadline);
+        self.precheck(budget)?;
+        let trail = Trail::default();
+        let taken = self.take(&token, wait, deadline, budget, interrupt, &trail);
+        self.conclude(token, taken, budget, &trail, caller)
+    }
+
+    /// Before an acquire by `caller`: `Some` when it is answered without
+    /// Redis (a reentrant lock held here counts one more acquire; a
+    /// non-reentrant one that `caller` holds would wait for itself).
+    pub(super) fn reenter(&self, wait: Wait, caller: Option<u64>) -> Result<Option<bool>> {
         if let Some(h) = self.state.lock_unpoisoned().held_here() {
             if self.opts.reentrant {
                 h.depth += 1;
-                return Ok(true);
+                return Ok(Some(true));
             }
             if caller.is_some() && h.caller == caller && h.valid(Instant::now()) {
                 if wait == Wait::Try {
-                    return Ok(false); // busy, as for anyone (`threading.Lock` does the same)
+                    return Ok(Some(false)); // busy, as for anyone (`threading.Lock` does the same)
                 }
                 return Err(Error::new(
                     ErrorKind::WouldDeadlock,
@@ -297,18 +313,31 @@ impl Lock {
                 ));
             }
         }
-        let token = token.unwrap_or_else(new_token);
-        let started = Instant::now();
-        let deadline = wait.deadline();
-        let budget = match wait {
+        Ok(None)
+    }
+
+    /// The time of an acquire that waits as `wait` (until `deadline`).
+    pub(super) fn budget_of(&self, wait: Wait, deadline: Option<Instant>) -> Budget {
+        match wait {
             Wait::Try => self.client.one_call(),
             _ => Budget::wait(deadline, self.client.command_timeout()),
-        };
-        if self.opts.min_replicas > 0 {
-            self.check_replicas(budget)?;
         }
-        let trail = Trail::default();
-        let (fence, waited) = match self.take(&token, wait, deadline, budget, interrupt, &trail) {
+    }
+
+    /// What an acquire with `token` comes to once its attempts and wait
+    /// ended with `taken` (see [`Lock::take`]): a hold recorded (confirmed
+    /// on replicas first if asked, renewed if asked), or the token abandoned
+    /// when a round trip's outcome was unknown and the acquire did not
+    /// succeed.
+    pub(super) fn conclude(
+        &self,
+        token: String,
+        taken: Result<Option<(Fence, bool)>>,
+        budget: Budget,
+        trail: &Trail,
+        caller: Option<u64>,
+    ) -> Result<bool> {
+        let (fence, waited) = match taken {
             Ok(Some(taken)) => taken,
             Ok(None) => {
                 if trail.unsure.get() {
@@ -341,7 +370,7 @@ impl Lock {
         if self.opts.min_replicas > 0 {
             self.confirm_replicas(&token, budget)?;
         }
-        crate::ops::acquired(&self.me, started.elapsed());
+        crate::ops::acquired(&self.me, trail.started.elapsed());
         let extender = Arc::new(Extender::new(self.keys.clone(), token.clone()));
         let lease = self.opts.auto_renew.then(|| {
             let renew = Box::new(RenewHold {
@@ -374,6 +403,20 @@ impl Lock {
         Ok(true)
     }
 
+    /// What a wait on this lock needs: its client, keys and label.
+    pub(super) fn wait_parts(&self) -> (&Client, &LockKeys, &str) {
+        (&self.client, &self.keys, &self.label)
+    }
+
+    /// Checks, before anything is written, that the master has the
+    /// replicas `min_replicas` asks for (see [`Lock::check_replicas`]).
+    pub(super) fn precheck(&self, budget: Budget) -> Result<()> {
+        if self.opts.min_replicas > 0 {
+            self.check_replicas(budget)?;
+        }
+        Ok(())
+    }
+
     /// One attempt without waiting; `Ok(true)` when taken.
     pub fn try_acquire(&self) -> Result<bool> {
         self.acquire(Wait::Try, None)
@@ -392,20 +435,8 @@ impl Lock {
         interrupt: Option<Interrupt<'_>>,
         trail: &Trail,
     ) -> Result<Option<(Fence, bool)>> {
-        match self.first_attempt(token, wait, budget, trail) {
-            Ok(Some(fence)) => return Ok(Some((fence, false))),
-            Ok(None) if wait == Wait::Try => return Ok(None),
-            Ok(None) => {}
-            Err(e) if !e.is_transient() => return Err(e),
-            // Its reply lost: a try-once tries again (same token) while its
-            // command timeout lasts, to find a hold the lost one took ...
-            Err(e) if wait == Wait::Try && (e.outcome_unknown() || trail.unsure.get()) => {
-                return self.try_again(token, budget, trail, e);
-            }
-            Err(e) if wait == Wait::Try => return Err(e),
-            // ... and a wait goes on with its waiting attempts while it has time.
-            Err(e) if !time_left(deadline) => return Err(e),
-            Err(_) => {}
+        if let Some(taken) = self.take_first(token, wait, deadline, budget, trail)? {
+            return Ok(taken);
         }
         let mut pause = FIRST_RETRY_PAUSE;
         let started = Instant::now();
@@ -442,6 +473,34 @@ impl Lock {
                 }
                 Err(e) => return Err(e),
             }
+        }
+    }
+
+    /// The first attempt of [`Lock::take`]: `Some` when the acquire ends
+    /// with it (taken, or a try-once that found the lock busy), `None` when
+    /// it goes on to wait.
+    pub(super) fn take_first(
+        &self,
+        token: &str,
+        wait: Wait,
+        deadline: Option<Instant>,
+        budget: Budget,
+        trail: &Trail,
+    ) -> Result<Option<Option<(Fence, bool)>>> {
+        match self.first_attempt(token, wait, budget, trail) {
+            Ok(Some(fence)) => Ok(Some(Some((fence, false)))),
+            Ok(None) if wait == Wait::Try => Ok(Some(None)),
+            Ok(None) => Ok(None),
+            Err(e) if !e.is_transient() => Err(e),
+            // Its reply lost: a try-once tries again (same token) while its
+            // command timeout lasts, to find a hold the lost one took ...
+            Err(e) if wait == Wait::Try && (e.outcome_unknown() || trail.unsure.get()) => {
+                self.try_again(token, budget, trail, e).map(Some)
+            }
+            Err(e) if wait == Wait::Try => Err(e),
+            // ... and a wait goes on with its waiting attempts while it has time.
+            Err(e) if !time_left(deadline) => Err(e),
+            Err(_) => Ok(None),
         }
     }
 
@@ -492,10 +551,12 @@ impl Lock {
         budget: Budget,
         trail: &Trail,
     ) -> Result<Option<Fence>> {
-        if !self.opts.fair && self.opts.min_replicas == 0 {
+        // While this process knows of a legacy pollers' turn, even the
+        // first attempt respects it (the full form).
+        if !self.opts.fair && self.opts.min_replicas == 0 && !legacy::is_open(&self.keys.lock) {
             let ttl_ms = validate::millis(self.opts.ttl);
             if fence::is_read(&self.keys.lock) {
-                let call = acquire_call(&self.keys, token, ttl_ms, "", false, 0);
+                let call = acquire_call(&self.keys, token, ttl_ms, "", false, 0, false);
                 let tried: Tried =
                     trail.run(&self.client, budget, &self.label, |c| call.query(c))?;
                 if let Tried::Acquired(f) = tried {
@@ -525,7 +586,12 @@ impl Lock {
     }
 
     /// The attempts and waits of one acquire with `token`, within `budget`.
-    fn waiter<'a>(&'a self, token: &'a str, budget: Budget, trail: &'a Trail) -> LockWaiter<'a> {
+    pub(super) fn waiter<'a>(
+        &'a self,
+        token: &'a str,
+        budget: Budget,
+        trail: &'a Trail,
+    ) -> LockWaiter<'a> {
         LockWaiter {
             client: &self.client,
             keys: &self.keys,
@@ -534,6 +600,7 @@ impl Lock {
             ttl_ms: validate::millis(self.opts.ttl),
             fair: self.opts.fair,
             lease_ms: validate::millis(wait::lease_for(self.opts.recheck)),
+            legacy: self.opts.legacy_turns().is_some(),
             budget,
             trail,
         }
@@ -542,7 +609,7 @@ impl Lock {
     /// Makes sure `token` holds nothing and waits nowhere after an acquire
     /// that gave up with a round trip's outcome unknown: settled now if the
     /// server answers within `budget`, else by the keeper once it does.
-    fn abandon(&self, token: &str, budget: Budget) -> Result<()> {
+    pub(super) fn abandon(&self, token: &str, budget: Budget) -> Result<()> {
         let abandon = Abandon::new(
             &self.client,
             &self.keys,
@@ -637,14 +704,22 @@ impl Lock {
         budget: Budget,
         maybe_ran: &Cell<bool>,
     ) -> Result<bool> {
-        let call = release_call(&self.keys, token);
+        let turns = self.opts.legacy_turns();
+        let call = match turns {
+            Some(turns) => release_call_with_turns(&self.keys, token, turns),
+            None => release_call(&self.keys, token),
+        };
         let released: i64 = self
             .client
             .run_noting(budget, &self.label, maybe_ran, |c| match c.single() {
                 Some(con) if hand_over => call.query_behind_ping(con),
                 _ => call.query(c),
             })?;
-        Ok(released == 1)
+        if let (2, Some(turns)) = (released, turns) {
+            // Legacy pollers' turn: our own next acquire must respect it.
+            legacy::opened(&self.keys.lock, turns);
+        }
+        Ok(released >= 1)
     }
 
     /// Releases the lock. Fails with [`ErrorKind::NotOwned`] when this object
@@ -683,6 +758,7 @@ impl Lock {
             watchdog::unregister(lease);
         }
         let budget = self.client.one_call();
+        let moves = self.client.master_moves();
         // Whether a try that may have run was sent while the hold was valid.
         let mut ran_while_valid = false;
         let mut pause = FIRST_RETRY_PAUSE;
@@ -692,14 +768,14 @@ impl Lock {
             let maybe_ran = Cell::new(false);
             let last = match self.release_token(&held.token, hand_over, budget, &maybe_ran) {
                 Ok(true) => {
-                    self.released(&held);
+                    self.released(&held, moves);
                     return Ok(());
                 }
                 Ok(false)
                     if (ran_while_valid || (maybe_ran.get() && valid))
                         && !self.master_moved(&held) =>
                 {
-                    self.released(&held);
+                    self.released(&held, moves);
                     return Ok(());
                 }
                 Ok(false) => {
@@ -723,10 +799,11 @@ impl Lock {
 
     /// `held` was released: under Sentinel the release is kept a moment, to
     /// run again on a new master should the master turn out to have changed
-    /// (see [`Client::note_release`]).
-    fn released(&self, held: &Held) {
+    /// (see [`Client::note_release`]; `moves`: the count of master changes
+    /// before it was sent).
+    fn released(&self, held: &Held, moves: u64) {
         crate::ops::metrics::LOCK_HOLD.observe(held.since.elapsed());
-        self.client.note_release(|| {
+        self.client.note_release(moves, || {
             Box::new(ReleaseHold {
                 client: self.client.clone(),
                 keys: self.keys.clone(),

@@ -217,10 +217,13 @@ impl Queue {
             finished: finished.get(),
             tasks,
         };
-        match attempt("")? {
-            Taken::Tasks(tasks, _) => return Ok(step(tasks)),
-            Taken::Empty(..) if wait == Wait::Try => return Ok(step(Vec::new())),
-            Taken::Empty(..) => {}
+        match attempt("") {
+            Ok(Taken::Tasks(tasks, _)) => return Ok(step(tasks)),
+            Ok(Taken::Empty(..)) if wait == Wait::Try => return Ok(step(Vec::new())),
+            Ok(Taken::Empty(..)) => {}
+            // A wait rides out faults until its deadline (see `wait`).
+            Err(e) if wait != Wait::Try && e.is_transient() => {}
+            Err(e) => return Err(e),
         }
         let spec = WaitSpec {
             deadline,

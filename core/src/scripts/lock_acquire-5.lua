@@ -1,5 +1,5 @@
 -- Try to take a lock, in one atomic step.
--- KEYS: lock, fence, waiters, leases, ghosts
+-- KEYS: lock, fence, waiters, leases, ghosts[, legacy turn (legacy interop on)]
 -- ARGV: token, ttl_ms, waiter_id ('' = do not register), fair ('1'/'0'),
 --       lease_ms, channel prefix
 -- An attempt of a non-fair lock that does not register (a Redlock attempt,
@@ -20,7 +20,10 @@ local fair = ARGV[4] == '1'
 -- The common case, kept short: free, and newcomers may take it. This writes
 -- first, so a server refusing writes (OOM, NOREPLICAS, a replica after a
 -- failover) answers with that error even when the lock is busy.
-local taken = not fair and redis.call('SET', lock, token, 'NX', 'PX', ARGV[2])
+-- A legacy pollers' turn (see legacy_turn in the prelude) leaves the key free
+-- for them: it is busy for us until the turn ends.
+local turn = KEYS[6] and redis.call('PTTL', KEYS[6]) > 0
+local taken = not fair and not turn and redis.call('SET', lock, token, 'NX', 'PX', ARGV[2])
 if taken and id == '' then
   return next_fence(fence, ttl)
 end
@@ -77,6 +80,11 @@ local queued = redis.call('EXISTS', waiters) == 1
 if queued then prune_waiters(waiters, leases, math.floor(now / 1000)) end
 
 if not holder then
+  if turn then
+    -- Come back when the legacy pollers' turn ends.
+    if me ~= '' then register_waiter(waiters, leases, me, now, lease) end
+    return redis.call('PTTL', KEYS[6])
+  end
   if fair and queued then
     -- Free while others wait (the holder's TTL ran out): the oldest goes first.
     local head = redis.call('ZRANGE', waiters, '0', '0')[1]

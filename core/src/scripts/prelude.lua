@@ -77,13 +77,35 @@ local function heal_orphan(key)
 end
 
 -- Waiters: `waiters` orders them by arrival (score = µs), `leases` holds the
--- deadline (ms) by which each must check in again. A member is `<id>` (queue
--- consumers) or `<id>|<ttl_ms>|<token>` (lock waiters: enough to hand the lock
--- over). A waiter listens on its own channel `<channel><id>`, so a wake-up
--- costs one PUBLISH to one subscriber, however many wait.
+-- deadline (ms) by which each must check in again. A member is
+-- `<hub>:<id>` (queue consumers) or `<hub>:<id>|<ttl_ms>|<token>` (lock
+-- waiters: enough to hand the lock over). `<hub>` names the waiter's
+-- process, which listens on one channel for all its waiters (see
+-- wait/hub.rs in the Rust crate): `fl:w:<hub>`, or, when `<hub>` starts with
+-- `s` (a Cluster with sharded pub/sub), `{t}fl:w:<hub>` in the slot of the
+-- keys. `channel` is `{t}fl:w:` (the scripts' channel argument).
 
-local function channel_of(channel, member)
-  return channel .. string.match(member, '^[^|]*')
+-- The channel of `member`'s process, its waiter id, and whether the channel
+-- is sharded; nil for a member of another form.
+local function waiter_channel(channel, member)
+  local hub, id = string.match(member, '^([^:|]+):([^|]+)')
+  if not hub then return nil end
+  if string.sub(hub, 1, 1) == 's' then
+    return channel .. hub, id, true
+  end
+  return string.gsub(channel, '^{[^}]*}', '') .. hub, id, false
+end
+
+-- Publishes `message` on a waiter's channel; how many processes heard it.
+local function notify(ch, sharded, message)
+  if sharded then return redis.call('SPUBLISH', ch, message) end
+  return redis.call('PUBLISH', ch, message)
+end
+
+-- True when a process listens on the waiter channel `ch` on this server.
+local function listening(ch, sharded)
+  if sharded then return redis.call('PUBSUB', 'SHARDNUMSUB', ch)[2] > 0 end
+  return redis.call('PUBSUB', 'NUMSUB', ch)[2] > 0
 end
 
 -- Drops waiters whose lease ran out (their process stopped checking in).
@@ -121,9 +143,10 @@ end
 
 -- Wakes up to `n` of the oldest waiters (other than `skip`) and takes them
 -- off the list: a woken consumer registers again if it finds nothing, so the
--- next wake-up goes to someone else. PUBLISH answers how many clients heard
--- it; 0 means that waiter's connection is gone, so it is dropped and the next
--- one is tried.
+-- next wake-up goes to someone else. `w:<id>` goes to the waiter's process;
+-- PUBLISH answers how many processes heard it: 0 means that process is gone
+-- (or no longer listens here), so the waiter is dropped and the next one
+-- tried.
 local function wake_waiters(waiters, leases, channel, n, skip)
   local woken, offset, budget = 0, 0, n + 16
   while woken < n and budget > 0 do
@@ -133,7 +156,8 @@ local function wake_waiters(waiters, leases, channel, n, skip)
     if member == skip then
       offset = offset + 1
     else
-      if redis.call('PUBLISH', channel_of(channel, member), 'w') > 0 then
+      local ch, id, sharded = waiter_channel(channel, member)
+      if ch and notify(ch, sharded, 'w:' .. id) > 0 then
         woken = woken + 1
       end
       remove_waiter(waiters, leases, member)
@@ -184,13 +208,13 @@ local function next_fence(fence, ttl_ms, now)
 end
 
 -- Hands a free lock straight to the oldest live waiter: sets the key to its
--- token and publishes 'g:<fence>' on its channel, so it holds the lock the
--- moment it reads the message (no second round trip). A waiter is live when
--- its lease has not run out (expired ones are pruned first) and it listens on
--- this node: PUBSUB NUMSUB is checked before publishing, because a PUBLISH
--- also travels to replicas and other cluster nodes, where a stale
--- subscription of the same waiter must not read a grant that was never made.
--- Dead waiters are dropped. `now` (µs) is read from the server clock when not
+-- token and publishes 'g:<id>:<fence>' on its process's channel, so it holds
+-- the lock the moment it reads the message (no second round trip). A waiter
+-- is live when its lease has not run out (expired ones are pruned first) and
+-- its process listens on this node: PUBSUB NUMSUB (SHARDNUMSUB) is checked
+-- before publishing, because a PUBLISH also travels to replicas and other
+-- cluster nodes, where a stale subscription of the same process must not
+-- read a grant that was never made. Dead waiters are dropped. `now` (µs) is read from the server clock when not
 -- given, and only when someone waits: a release without waiters stays short.
 -- Returns the member granted, or nil (the caller then frees the lock).
 local function grant_next(lock, fence, waiters, leases, channel, now)
@@ -203,16 +227,49 @@ local function grant_next(lock, fence, waiters, leases, channel, now)
   for _ = 1, 64 do
     if not member then return nil end
     remove_waiter(waiters, leases, member)
-    local id, ttl, token = string.match(member, '^([^|]*)|(%d+)|(.*)$')
-    if id and redis.call('PUBSUB', 'NUMSUB', channel .. id)[2] > 0 then
+    local ttl, token = string.match(member, '^[^|]*|(%d+)|(.*)$')
+    local ch, id, sharded = waiter_channel(channel, member)
+    if ttl and ch and listening(ch, sharded) then
       local f = next_fence(fence, tonumber(ttl), now)
       redis.call('SET', lock, token, 'PX', ttl)
-      redis.call('PUBLISH', channel .. id, 'g:' .. f)
+      notify(ch, sharded, 'g:' .. id .. ':' .. f)
       return member
     end
     member = redis.call('ZRANGE', waiters, '0', '0')[1]
   end
   return nil
+end
+
+-- Wakes the oldest live waiter to re-check, leaving it in its place in the
+-- line (a dead one, whose process no longer listens, is dropped and the
+-- next tried).
+local function nudge_oldest(waiters, leases, channel)
+  for _ = 1, 16 do
+    local member = redis.call('ZRANGE', waiters, '0', '0')[1]
+    if not member then return end
+    local ch, id, sharded = waiter_channel(channel, member)
+    if ch and notify(ch, sharded, 'w:' .. id) > 0 then return end
+    remove_waiter(waiters, leases, member)
+  end
+end
+
+-- Legacy pollers' turns. A legacy client (SETNX, then sleep one poll
+-- interval) never gets a lock that releases hand straight from one waiter
+-- to the next: the key is never free when it looks. While legacy interop is
+-- on, a release under sustained contention leaves the key free instead, for
+-- a little over one poll interval (`window_ms`), at most once per
+-- `every_ms`: `win` exists while the turn lasts (ferrolock attempts treat
+-- the free key as busy until then), and `nxt` holds the server time (ms)
+-- before which no new turn starts. `nxt` lives 2 * every_ms, so a turn only
+-- comes after contention that lasted `every_ms`.
+-- Returns true when this release starts a turn.
+local function legacy_turn(win, nxt, now_ms, window_ms, every_ms)
+  local at = redis.call('GET', nxt)
+  if at and now_ms < tonumber(at) then return false end
+  redis.call('SET', nxt, digits(now_ms + every_ms), 'PX', digits(every_ms * 2))
+  if not at then return false end
+  redis.call('SET', win, '1', 'PX', digits(window_ms))
+  return true
 end
 
 -- Legacy PHP clients hold `Lock:Queue:<name>` around their multi-step queue

@@ -24,49 +24,71 @@ fn release_wakes_a_waiter_by_notification() {
     assert!(woke.duration_since(released) < Duration::from_secs(5));
 }
 
-/// Channels of this test's waiters that some connection listens to.
-fn waiter_channels(prefix: &[u8]) -> Vec<String> {
-    let pattern = format!("*{}*:wake:*", String::from_utf8_lossy(prefix));
-    redis::cmd("PUBSUB")
-        .arg("CHANNELS")
-        .arg(pattern)
-        .query(&mut raw())
-        .unwrap()
-}
-
 #[test]
-fn a_finished_wait_leaves_one_subscription_that_the_next_wait_drops() {
-    // A waiter handed the lock returns without unsubscribing (that write
-    // would delay it); the next wait on the pooled connection drops the old
-    // channel in the same write as its own SUBSCRIBE.
+fn the_waits_of_a_process_share_one_subscription() {
+    // Waiters on three names in three threads: one channel (the client's
+    // hub), which every release hands its lock over on.
     let c = client();
-    let opts = lock_opts("leftover");
-    let holder = Lock::new(&c, b"x", opts.clone()).unwrap();
-    let waiter = Arc::new(Lock::new(&c, b"x", opts.clone()).unwrap());
-    let mut seen = Vec::new();
-    for _ in 0..3 {
-        assert!(holder.try_acquire().unwrap());
-        let w = thread::spawn({
-            let waiter = waiter.clone();
-            move || {
-                waiter
-                    .acquire(Wait::For(Duration::from_secs(20)), None)
-                    .unwrap()
-            }
-        });
-        thread::sleep(Duration::from_millis(200));
-        holder.release().unwrap();
+    let opts = lock_opts("shared");
+    let names: [&[u8]; 3] = [b"a", b"b", b"c"];
+    let holders: Vec<Lock> = names
+        .iter()
+        .map(|n| Lock::new(&c, n, opts.clone()).unwrap())
+        .collect();
+    for h in &holders {
+        assert!(h.try_acquire().unwrap());
+    }
+    let waiters: Vec<_> = names
+        .iter()
+        .map(|n| {
+            let (c, opts, n) = (c.clone(), opts.clone(), n.to_vec());
+            thread::spawn(move || {
+                let l = Lock::new(&c, &n, opts).unwrap();
+                let ok = l.acquire(Wait::For(Duration::from_secs(20)), None).unwrap();
+                l.release().unwrap();
+                ok
+            })
+        })
+        .collect();
+    // Wait until all three are registered.
+    let pattern = format!("*{}*:waiters", String::from_utf8_lossy(&opts.prefix));
+    let until = Instant::now() + Duration::from_secs(10);
+    let members = loop {
+        let keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg(&pattern).query(&mut raw()).unwrap();
+        let mut members = Vec::new();
+        for k in keys {
+            let m: Vec<String> = redis::cmd("ZRANGE")
+                .arg(k)
+                .arg(0)
+                .arg(-1)
+                .query(&mut raw())
+                .unwrap();
+            members.extend(m);
+        }
+        if members.len() == 3 {
+            break members;
+        }
+        assert!(Instant::now() < until, "the waiters did not register");
+        thread::sleep(Duration::from_millis(10));
+    };
+    // `<hub>:<waiter>|<ttl>|<token>`: one hub, three waiters.
+    let hubs: std::collections::BTreeSet<&str> = members
+        .iter()
+        .map(|m| m.split(':').next().unwrap())
+        .collect();
+    assert_eq!(hubs.len(), 1, "{members:?}");
+    let hub = hubs.into_iter().next().unwrap();
+    let listeners: Vec<(String, i64)> = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(format!("fl:w:{hub}"))
+        .query(&mut raw())
+        .unwrap();
+    assert_eq!(listeners[0].1, 1, "one subscription connection");
+    for h in &holders {
+        h.release().unwrap();
+    }
+    for w in waiters {
         assert!(w.join().unwrap());
-        // Only the last wait's channel is still subscribed.
-        let channels = waiter_channels(&opts.prefix);
-        assert_eq!(channels.len(), 1, "{channels:?}");
-        assert!(!seen.contains(&channels[0]), "a new channel per wait");
-        seen.push(channels[0].clone());
-        // The leftover is in no waiter list: the release goes nowhere, and
-        // the next acquire by anyone succeeds at once.
-        waiter.release().unwrap();
-        assert!(holder.try_acquire().unwrap());
-        holder.release().unwrap();
     }
 }
 

@@ -38,14 +38,16 @@ impl Redlock {
                 Some(w) => w.listening(),
                 None => vec![false; self.masters.clients().len()],
             };
-            let id = waiter
-                .as_ref()
-                .map(|w| w.id().to_owned())
-                .unwrap_or_default();
+            // Each master's hub names the waiter there.
+            let members = waiter.as_ref().map(Waiter::members).unwrap_or_default();
             let (k, label, owner) = (self.keys.clone(), self.label.clone(), token.to_string());
             let asked = self.masters.ask_checked(budget, move |i, c, within| {
-                let waiter = if listening[i] { id.as_str() } else { "" };
-                let call = acquire_call(&k, &owner, ttl_ms, waiter, false, lease_ms);
+                let waiter = if listening[i] {
+                    members[i].as_str()
+                } else {
+                    ""
+                };
+                let call = acquire_call(&k, &owner, ttl_ms, waiter, false, lease_ms, false);
                 c.run_within(within, &label, |con| call.query::<Tried>(con))
             });
             let replies = &asked.replies;

@@ -1,73 +1,89 @@
-//! A waiting Redlock's subscriptions, one per master (see the module
+//! A waiting Redlock's registrations, one per master (see the module
 //! documentation of `redlock`).
+//!
+//! The waiter has one [`Ticket`], registered with the wait hub of every
+//! master's client: whichever master hands its key over (or wakes it) wakes
+//! the waiter, whose next attempt counts the keys set to its token. On each
+//! master it registers as `<that hub's id>:<ticket id>`.
 
-use std::cell::Cell;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::masters::Masters;
-use crate::client::subscriber::Subscriber;
+use crate::budget::Budget;
 use crate::error::{Error, ErrorKind, Result};
-use crate::keys::{LockKeys, new_token};
-use crate::lock::{Tried, leave_call};
-use crate::wait::{self, Interrupt};
+use crate::keys::LockKeys;
+use crate::lock::{Abandon, Tried, leave_call};
+use crate::wait::hub::Hub;
+use crate::wait::{self, Interrupt, Ticket, lease_for};
 
 /// Longest pause between two attempts of a waiter that could not subscribe.
 pub(super) const RETRY_MAX: Duration = Duration::from_millis(50);
 
-/// A waiting Redlock's subscriptions, one per master (see the module docs).
+/// A waiting Redlock's registrations, one per master (see the module docs).
 pub(super) struct Waiter {
-    id: String,
-    channel: Vec<u8>,
-    /// Per master: its subscription, if one could be made and still works.
+    ticket: Ticket,
+    /// Per master: where it listens, if it could subscribe and the master
+    /// keeps answering.
     subs: Vec<Option<Sub>>,
 }
 
 struct Sub {
-    sub: Subscriber,
+    hub: Arc<Hub>,
+    /// `<hub id>:<ticket id>`.
+    member: String,
     /// The last attempt registered us there (the key was busy); a key that
     /// attempt took, it took with our registration.
     registered: bool,
 }
 
 impl Waiter {
-    /// Subscribes on every master that answered in `replies`, in parallel
-    /// (`None` when no subscription could be made). `label` names the lock
-    /// in messages.
+    /// Listens on every master that answered in `replies`, in parallel
+    /// (`None` when it could listen nowhere). `label` names the lock in
+    /// messages.
     pub(super) fn subscribe(
         masters: &Masters,
         keys: &LockKeys,
         label: &str,
         replies: &[Result<Tried>],
     ) -> Option<Waiter> {
-        let id = new_token();
-        let mut channel = keys.channel.clone();
-        channel.extend_from_slice(id.as_bytes());
+        let ticket = Ticket::new();
         let answered: Vec<bool> = replies.iter().map(Result::is_ok).collect();
-        let (label, key, chan) = (label.to_owned(), keys.lock.clone(), channel.clone());
+        let (label, key, t) = (label.to_owned(), keys.lock.clone(), ticket.clone());
         let subs: Vec<Option<Sub>> = masters
             .on_each(move |i, c| {
                 if !answered[i] {
                     return Err(Error::new(ErrorKind::Connection, "did not answer"));
                 }
-                let context = format!("{label}: waiting on {}", c.redacted_url());
-                wait::subscribed(c, &key, &chan, &context)
-            })
-            .into_iter()
-            .map(|r| {
-                r.ok().map(|sub| Sub {
-                    sub,
+                let hub = c.hub().map_err(|e| e.context(&label))?;
+                hub.enroll(&t);
+                hub.ensure(c, &key, &t, Budget::one_call(c.command_timeout()))
+                    .map_err(|e| e.context(&label))?;
+                let member = hub.member(&t);
+                Ok(Sub {
+                    hub,
+                    member,
                     registered: false,
                 })
             })
+            .into_iter()
+            .map(Result::ok)
             .collect();
-        subs.iter()
-            .any(Option::is_some)
-            .then_some(Waiter { id, channel, subs })
+        let waiter = Waiter { ticket, subs };
+        if waiter.is_broken() {
+            waiter.retire_everywhere(masters);
+            return None;
+        }
+        Some(waiter)
     }
 
-    /// Its id as a waiter.
-    pub(super) fn id(&self) -> &str {
-        &self.id
+    /// Per master: its name in the master's waiter list (`""` where it does
+    /// not listen).
+    pub(super) fn members(&self) -> Vec<String> {
+        self.subs
+            .iter()
+            .map(|s| s.as_ref().map(|s| s.member.clone()).unwrap_or_default())
+            .collect()
     }
 
     /// Per master: whether it listens there.
@@ -75,61 +91,48 @@ impl Waiter {
         self.subs.iter().map(Option::is_some).collect()
     }
 
-    /// True when every subscription broke.
+    /// True when it listens nowhere any more.
     pub(super) fn is_broken(&self) -> bool {
         self.subs.iter().all(Option::is_none)
     }
 
-    /// Notes where the last attempt left us registered; a master that failed
-    /// probably broke its subscription too: it is dropped.
+    /// Notes where the last attempt left us registered; a master that
+    /// failed is not listened to any more (its registration lapses).
     pub(super) fn update(&mut self, replies: &[Result<Tried>]) {
         for (slot, reply) in self.subs.iter_mut().zip(replies) {
             match (slot.as_mut(), reply) {
                 (Some(s), Ok(tried)) => s.registered = matches!(tried, Tried::Busy(_)),
-                (Some(_), Err(_)) => *slot = None,
+                (Some(s), Err(_)) => {
+                    s.hub.retire(&self.ticket, None);
+                    *slot = None;
+                }
                 (None, _) => {}
             }
         }
     }
 
-    /// Waits up to `pause` for a hand-over message on the first master where
-    /// we are registered (or just pauses if there is none). Only the
-    /// interrupt hook is an error; a broken subscription is dropped.
+    /// Waits up to `pause` for a message from any master where we are
+    /// registered (or just pauses, briefly, if there is none). Only the
+    /// interrupt hook is an error.
     pub(super) fn listen(
         &mut self,
         pause: Duration,
         interrupt: Option<Interrupt<'_>>,
     ) -> Result<()> {
-        let slot = self
-            .subs
-            .iter_mut()
-            .find(|s| s.as_ref().is_some_and(|s| s.registered));
-        let Some(slot) = slot else {
+        if !self.subs.iter().flatten().any(|s| s.registered) {
             return wait::pause(pause.min(RETRY_MAX), interrupt);
-        };
-        // Tell the hook's verdict apart from a broken connection.
-        let stopped = &Cell::new(false);
-        let watched = interrupt.map(|check| move || check().inspect_err(|_| stopped.set(true)));
-        let hook: Option<Interrupt<'_>> = watched.as_ref().map(|h| h as _);
-        let heard = match slot.as_mut() {
-            Some(s) => wait::listen(&mut s.sub.conn, &self.channel, pause, hook, "waiting"),
-            None => Ok(None),
-        };
-        match heard {
-            Ok(_) => Ok(()),
-            Err(e) if stopped.get() => Err(e),
-            Err(_) => {
-                *slot = None;
-                Ok(())
-            }
         }
+        // Whatever the event, the next attempt looks at every master.
+        self.ticket.wait(Some(Instant::now() + pause), interrupt)?;
+        self.ticket.take();
+        Ok(())
     }
 
     /// Deregisters where registered (on all those masters at once, each
     /// within the master budget); a key handed over meanwhile is kept when
-    /// the Redlock is `held` (it is part of the hold), else passed on. Each
-    /// subscription is left for the next user of its connection to drop (as
-    /// after a `Lock` wait), or dropped now if deregistering failed.
+    /// the Redlock is `held` (it is part of the hold), else passed on. A
+    /// master that does not confirm is settled in the background (and a
+    /// grant it sends later given back).
     pub(super) fn close(
         self,
         masters: &Masters,
@@ -139,28 +142,66 @@ impl Waiter {
         ttl_ms: u64,
         held: bool,
     ) {
-        let registered: Vec<bool> = self
+        let members: Vec<Option<String>> = self
             .subs
             .iter()
-            .map(|s| s.as_ref().is_some_and(|s| s.registered))
+            .map(|s| {
+                s.as_ref()
+                    .filter(|s| s.registered)
+                    .map(|s| s.member.clone())
+            })
             .collect();
-        let call = leave_call(keys, &self.id, token, ttl_ms, !held);
-        let label = label.to_owned();
-        let left = masters.on_each(move |i, client| {
-            if !registered[i] {
-                return Ok(());
-            }
-            call.run::<Vec<i64>>(client, &label).map(drop)
+        let call_members = members.clone();
+        let (k, l, t) = (keys.clone(), label.to_owned(), token.to_owned());
+        let left = masters.on_each(move |i, client| match &call_members[i] {
+            Some(member) => leave_call(&k, member, &t, ttl_ms, !held)
+                .run::<Vec<i64>>(client, &l)
+                .map(drop),
+            None => Ok(()),
         });
-        for ((client, slot), left) in masters.clients().iter().zip(self.subs).zip(left) {
-            let Some(Sub { mut sub, .. }) = slot else {
-                continue;
+        let lease = lease_for(super::NOTIFIED_RECHECK);
+        for (i, (client, sub)) in masters.clients().iter().zip(&self.subs).enumerate() {
+            let Some(sub) = sub else { continue };
+            let departed = match (&members[i], &left[i]) {
+                (Some(member), Err(_)) => {
+                    let abandon = || {
+                        Box::new(Abandon::new(
+                            client,
+                            keys,
+                            token,
+                            Some(format!("{member}|{ttl_ms}|{token}")),
+                            Duration::from_millis(ttl_ms),
+                            label,
+                        ))
+                    };
+                    if !held {
+                        crate::settle::defer(abandon());
+                    }
+                    let on_grant: Box<dyn crate::settle::Settlement> = abandon();
+                    Some((
+                        Instant::now() + lease + Duration::from_secs(1),
+                        Some(on_grant),
+                    ))
+                }
+                _ => None,
             };
-            if left.is_ok() {
-                sub.leftover = Some(self.channel.clone());
-                client.checkin_subscriber(sub);
-            } else if sub.conn.unsubscribe_resp3(&self.channel).is_ok() {
-                client.checkin_subscriber(sub);
+            sub.hub.retire(&self.ticket, departed);
+        }
+        // Hubs where listening was given up (or never confirmed in time).
+        for (client, sub) in masters.clients().iter().zip(&self.subs) {
+            if sub.is_none()
+                && let Ok(hub) = client.hub()
+            {
+                hub.retire(&self.ticket, None);
+            }
+        }
+    }
+
+    /// Takes the ticket off every master's hub (nothing was registered).
+    fn retire_everywhere(&self, masters: &Masters) {
+        for client in masters.clients() {
+            if let Ok(hub) = client.hub() {
+                hub.retire(&self.ticket, None);
             }
         }
     }

@@ -1,0 +1,841 @@
+//! The hub: one subscription connection per server for every wait of a
+//! process.
+//!
+//! # What it holds
+//!
+//! A [`Hub`] belongs to one [`Client`] in one process (a forked child makes
+//! its own: the pool forgets the parent's). It has an id (`p` or `s`, then
+//! 16 hex digits) and, per server it listens on, a *link*: one RESP3
+//! connection subscribed to the process's channel(s):
+//!
+//! - one server, or a Sentinel master: the plain channel `fl:w:<hub-id>`;
+//! - a Cluster whose servers have sharded pub/sub (Redis 7): one sharded
+//!   channel `{tag}fl:w:<hub-id>` per slot waited on (`tag` hashes to that
+//!   slot, so the scripts of that slot can `SPUBLISH` to it), on the master
+//!   serving the slot; where sharded pub/sub is missing, the plain channel on
+//!   each master waited on.
+//!
+//! A waiter registers in a lock's or queue's waiter list as
+//! `<hub-id>:<waiter-id>` (locks add `|ttl|token`); the scripts publish
+//! `g:<waiter-id>:<fence>` (the lock was handed over) or `w:<waiter-id>`
+//! (try again) to the channel of `<hub-id>`, after checking with `PUBSUB
+//! NUMSUB` / `SHARDNUMSUB` that the hub listens on that server (a dead
+//! process has no subscription; see `prelude.lua`). So a wait sends no
+//! SUBSCRIBE of its own, and 500 waiting threads share one connection per
+//! server.
+//!
+//! # The reader
+//!
+//! Each link is read by a thread of its own ("ferrolock-hub"), started by the
+//! first wait that needs the link and ending after [`LINGER`] without
+//! waiters (the connection is then closed). It dispatches each message by
+//! waiter id to that waiter's [`Ticket`]. It reads in slices of
+//! [`READ_SLICE`], between which it sends the subscriptions waiters asked
+//! for, follows a Sentinel master change (the pool's epoch), and trims the
+//! client's idle command connections. A waiter that needs a new sharded
+//! channel on a link being read pokes the reader with an `SPUBLISH` of `n`
+//! on a channel the link already holds, so it does not wait for the slice.
+//!
+//! # Faults and topology changes
+//!
+//! When the connection breaks (a restart, a proxy's idle cut, `CLIENT
+//! KILL`), the reader reconnects with backoff (50 ms doubling to 1 s) as long
+//! as anyone waits, subscribes again and then wakes every waiter of the link
+//! with [`Event::Recheck`]: a grant made while the hub was away was either
+//! never made (the script found no subscriber and dropped the waiter, who
+//! registers again) or is found by the waiter's next attempt (the key holds
+//! its token). A Sentinel master change reconnects the link to the new
+//! master the same way. In a Cluster, the server unsubscribes a sharded
+//! channel when its slot moves to another master (`sunsubscribe` push): the
+//! waiters of that slot are woken to re-check, and each re-subscribes on the
+//! new owner before its next registering attempt.
+//!
+//! # Waiters that left
+//!
+//! A waiter whose wait ended without a confirmed deregistration (the server
+//! did not answer at the end) may still be in a waiter list, and a later
+//! release may hand it the lock: a *departed* entry keeps what it would take
+//! to give such a grant back (an `Abandon` settlement) until its lease has
+//! run out, and a grant arriving for it is handed to the settlement keeper.
+//! Grants for ids the hub does not know (a wait that ended with the lock:
+//! a grant raced its own successful attempt) are ignored.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use redis::{PushKind, Value};
+
+use super::ticket::{Event, Shared, Ticket};
+use crate::budget::Budget;
+use crate::client::Client;
+use crate::client::conn::Node;
+use crate::error::{Error, ErrorKind, Result};
+use crate::keys::{hub_channel, slot_of};
+use crate::settle::Settlement;
+use crate::sync::LockUnpoisoned;
+
+/// How long a link's reader blocks in one read before it looks at what else
+/// there is to do (subscriptions asked for, a master change, idle
+/// connections to trim, no waiters left).
+pub(crate) const READ_SLICE: Duration = Duration::from_millis(100);
+
+/// How long a link stays open and read without any waiter.
+pub(crate) const LINGER: Duration = Duration::from_secs(10);
+
+/// The longest [`Hub::ensure`] waits for a subscription to be confirmed.
+const ENSURE_WAIT: Duration = Duration::from_millis(500);
+
+/// First pause of a reader that cannot reconnect; it doubles up to
+/// [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+
+/// Longest pause between two reconnection attempts of a reader.
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// Read slices without a frame after which a link subscribing to one more
+/// channel reconnects rather than send that many PINGs (see
+/// [`Hub::send_subscribe`]).
+const MAX_SKIPS: u64 = 2000;
+
+/// The payload of a poke: read and ignored.
+const POKE: &str = "n";
+
+/// One process's subscriptions to one deployment (see the module docs).
+pub(crate) struct Hub {
+    id: String,
+    /// One sharded channel per slot (Cluster with Redis 7), else one plain
+    /// channel per server.
+    sharded: bool,
+    cluster: bool,
+    state: Mutex<State>,
+    /// Signalled when a link's subscriptions or errors change.
+    changed: Condvar,
+}
+
+/// Where a waiter listens: the link (`None`: the server, or the Sentinel
+/// master) and the channel on it (`Some(slot)`: sharded, `None`: plain).
+type Place = (Option<Node>, Option<u16>);
+
+#[derive(Default)]
+struct State {
+    entries: HashMap<String, Entry>,
+    links: HashMap<Option<Node>, Link>,
+    /// When departed entries were last purged.
+    purged: Option<Instant>,
+}
+
+enum Entry {
+    /// A waiter in its wait, listening at `place` once it knows where.
+    Waiting {
+        ticket: Arc<Shared>,
+        place: Option<Place>,
+    },
+    /// A waiter that left without a confirmed deregistration (see the
+    /// module docs): until `until`, a grant for it is given back.
+    Departed {
+        until: Instant,
+        settlement: Option<Box<dyn Settlement>>,
+    },
+}
+
+/// What a link's channel is up to.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Status {
+    /// Wanted, not sent on the current connection yet.
+    Unsent,
+    /// Sent, not confirmed yet.
+    Sent,
+    /// Confirmed by the server.
+    Confirmed,
+}
+
+#[derive(Default)]
+struct Link {
+    /// A reader thread runs (it owns the connection).
+    reader: bool,
+    /// A connection is open.
+    connected: bool,
+    /// The pool epoch the connection was made in (Sentinel: a master change
+    /// moves it).
+    epoch: u64,
+    /// Channels wanted here and what the current connection did with them.
+    channels: HashMap<Option<u16>, Status>,
+    /// Channels confirmed at least once: confirming them again (after a
+    /// reconnect) wakes their waiters to re-check.
+    confirmed_before: HashSet<Option<u16>>,
+    /// Waiters placed on this link.
+    waiters: usize,
+    /// Since when it has had no waiter.
+    idle_since: Option<Instant>,
+    /// Failures to connect or subscribe, and the last one (kind, message).
+    failures: u64,
+    error: Option<(ErrorKind, String)>,
+}
+
+impl Link {
+    /// A link nobody has used yet.
+    fn idle() -> Self {
+        Self {
+            idle_since: Some(Instant::now()),
+            ..Self::default()
+        }
+    }
+
+    fn last_error(&self) -> Error {
+        match &self.error {
+            Some((kind, message)) => Error::new(*kind, message.clone()),
+            None => Error::new(ErrorKind::Connection, "the subscription connection broke"),
+        }
+    }
+}
+
+/// What a reader does next.
+enum Task {
+    Exit,
+    Connect(Vec<Option<u16>>),
+    Subscribe(Vec<Option<u16>>),
+    Read,
+}
+
+impl Hub {
+    /// A hub with a fresh id, for a deployment with (`sharded`) or without
+    /// one sharded channel per slot.
+    pub(crate) fn new(cluster: bool, sharded: bool) -> Self {
+        let mode = if sharded { 's' } else { 'p' };
+        Self {
+            id: format!("{mode}{}", &crate::keys::new_token()[..16]),
+            sharded,
+            cluster,
+            state: Mutex::new(State::default()),
+            changed: Condvar::new(),
+        }
+    }
+
+    /// `<hub-id>:<waiter-id>` of `ticket`.
+    pub(crate) fn member(&self, ticket: &Ticket) -> String {
+        format!("{}:{}", self.id, ticket.id())
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock_unpoisoned()
+    }
+
+    /// Where a waiter on `key` must listen.
+    fn place_of(&self, client: &Client, key: &[u8]) -> Result<Place> {
+        if !self.cluster {
+            return Ok((None, None));
+        }
+        let node = client.pubsub_node(key)?;
+        Ok((node, self.sharded.then(|| slot_of(key))))
+    }
+
+    /// Makes sure this process listens where grants and wake-ups for `key`
+    /// are published, with `ticket` registered there: connects and
+    /// subscribes if need be (through the link's reader), waiting for the
+    /// confirmation within `budget` and at most [`ENSURE_WAIT`] (a waiter
+    /// whose wait is interruptible backs off and asks again meanwhile; the
+    /// reader goes on connecting). Call before each registering attempt: it
+    /// costs no round trip when nothing changed.
+    pub(crate) fn ensure(
+        self: &Arc<Self>,
+        client: &Client,
+        key: &[u8],
+        ticket: &Ticket,
+        budget: Budget,
+    ) -> Result<()> {
+        let place = self.place_of(client, key)?;
+        let epoch = client.epoch();
+        let limit = budget.cap(ENSURE_WAIT);
+        let until = Instant::now() + limit;
+        let mut st = self.state();
+        st.place(ticket, place.clone());
+        let link = st.links.entry(place.0.clone()).or_insert_with(Link::idle);
+        let status = *link.channels.entry(place.1).or_insert(Status::Unsent);
+        let moved = !self.cluster && link.connected && link.epoch < epoch;
+        if status == Status::Confirmed && link.connected && !moved {
+            return Ok(());
+        }
+        let mut poke = None;
+        if !link.reader {
+            link.reader = true;
+            let (hub, client, node) = (self.clone(), client.clone(), place.0.clone());
+            let spawned = std::thread::Builder::new()
+                .name("ferrolock-hub".into())
+                .spawn(move || hub.read_link(&client, &node));
+            if let Err(e) = spawned {
+                link.reader = false;
+                return Err(Error::new(
+                    ErrorKind::Connection,
+                    format!("cannot start the thread that listens for wake-ups: {e}"),
+                ));
+            }
+        } else if self.sharded && link.connected && status == Status::Unsent {
+            // The reader is blocked in a read: poke it through a channel
+            // this link already holds.
+            poke = link
+                .channels
+                .iter()
+                .find(|(_, s)| **s == Status::Confirmed)
+                .and_then(|(slot, _)| *slot)
+                .map(|slot| hub_channel(Some(slot), &self.id));
+        }
+        let failures = link.failures;
+        drop(st);
+        if let Some(channel) = poke {
+            // Best effort: without it the reader looks within READ_SLICE.
+            let _ = client.run_within(
+                Budget::one_call(client.command_timeout()).min(budget),
+                "poking the wake-up listener",
+                |c| {
+                    redis::cmd("SPUBLISH")
+                        .arg(&channel)
+                        .arg(POKE)
+                        .query::<i64>(c)
+                },
+            );
+        }
+        let mut st = self.state();
+        loop {
+            let Some(link) = st.links.get(&place.0) else {
+                return Err(Error::new(
+                    ErrorKind::Connection,
+                    "the subscription was dropped",
+                ));
+            };
+            if link.connected
+                && link.channels.get(&place.1) == Some(&Status::Confirmed)
+                && (self.cluster || link.epoch >= epoch)
+            {
+                return Ok(());
+            }
+            if link.failures > failures {
+                return Err(link.last_error());
+            }
+            let now = Instant::now();
+            if now >= until {
+                return Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "{}: timed out: the subscription for wake-ups was not confirmed within {:.3} s",
+                        client.redacted_url(),
+                        limit.as_secs_f64()
+                    ),
+                ));
+            }
+            st = self
+                .changed
+                .wait_timeout(st, until - now)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
+        }
+    }
+
+    /// Registers `ticket` (not yet placed on a link): messages for it are
+    /// dispatched from now on.
+    pub(crate) fn enroll(&self, ticket: &Ticket) {
+        let mut st = self.state();
+        st.entries
+            .entry(ticket.id().to_owned())
+            .or_insert_with(|| Entry::Waiting {
+                ticket: ticket.inner.clone(),
+                place: None,
+            });
+    }
+
+    /// The wait of `ticket` is over. `departed`: it may still be in a
+    /// waiter list until the instant given; a grant arriving meanwhile is
+    /// settled with the settlement given (see the module docs).
+    pub(crate) fn retire(
+        &self,
+        ticket: &Ticket,
+        departed: Option<(Instant, Option<Box<dyn Settlement>>)>,
+    ) {
+        let mut st = self.state();
+        st.unplace(ticket.id());
+        match departed {
+            Some((until, settlement)) => {
+                st.entries.insert(
+                    ticket.id().to_owned(),
+                    Entry::Departed { until, settlement },
+                );
+            }
+            None => {
+                st.entries.remove(ticket.id());
+            }
+        }
+    }
+
+    /// Hands a message's payload to the waiter it names.
+    fn dispatch(&self, payload: &[u8]) {
+        let Some((event, id)) = parse(payload) else {
+            return;
+        };
+        let mut st = self.state();
+        let target = match st.entries.get_mut(id) {
+            Some(Entry::Waiting { ticket, .. }) => Some(ticket.clone()),
+            Some(Entry::Departed { settlement, .. }) => {
+                if matches!(event, Event::Granted(_))
+                    && let Some(s) = settlement.take()
+                {
+                    crate::settle::defer(s);
+                }
+                None
+            }
+            None => None,
+        };
+        drop(st);
+        if let Some(ticket) = target {
+            ticket.deliver(event);
+        }
+    }
+
+    /// The reader of the link to `node` (see the module docs).
+    fn read_link(self: Arc<Self>, client: &Client, node: &Option<Node>) {
+        crate::signals::block_in_this_thread();
+        let pid = crate::fork::current_pid();
+        let mut conn: Option<redis::Connection> = None;
+        // Reads of `conn` that ended without a frame (see `send_subscribe`).
+        let mut skips: u64 = 0;
+        let mut backoff = FIRST_BACKOFF;
+        let mut trimmed = Instant::now();
+        loop {
+            if crate::fork::current_pid() != pid {
+                std::mem::forget(conn);
+                return;
+            }
+            if trimmed.elapsed() >= READ_SLICE * 10 {
+                client.trim_idle();
+                trimmed = Instant::now();
+            }
+            let epoch = client.epoch();
+            match self.next_task(node, &mut conn, epoch) {
+                Task::Exit => return,
+                Task::Connect(channels) => {
+                    drop(conn.take());
+                    match self.connect(client, node, &channels) {
+                        Ok(c) => {
+                            conn = Some(c);
+                            skips = 0;
+                            backoff = FIRST_BACKOFF;
+                        }
+                        Err(e) => {
+                            self.failed(node, &e);
+                            std::thread::sleep(backoff);
+                            backoff = (backoff * 2).min(MAX_BACKOFF);
+                        }
+                    }
+                }
+                Task::Subscribe(channels) => {
+                    let Some(c) = conn.as_mut() else { continue };
+                    if skips > MAX_SKIPS {
+                        // Cheaper to start afresh (the new connection
+                        // subscribes to every channel of the link).
+                        drop(conn.take());
+                        self.broken(node, &Error::new(ErrorKind::Connection, "reconnecting"));
+                        continue;
+                    }
+                    let pings = if skips > 0 { skips + 1 } else { 0 };
+                    skips = 0;
+                    if let Err(e) = self.send_subscribe(c, &channels, pings) {
+                        drop(conn.take());
+                        self.broken(node, &Error::from_redis(client.redacted_url(), e));
+                    }
+                }
+                Task::Read => {
+                    let Some(c) = conn.as_mut() else { continue };
+                    match read_one(c) {
+                        Ok(Some(value)) => self.handle(client, node, value),
+                        Ok(None) => skips += 1,
+                        Err(e) => {
+                            drop(conn.take());
+                            self.broken(node, &Error::from_redis(client.redacted_url(), e));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// What the reader of `node`'s link does next; `conn` is its
+    /// connection (dropped here when the link must be made anew).
+    fn next_task(
+        &self,
+        node: &Option<Node>,
+        conn: &mut Option<redis::Connection>,
+        epoch: u64,
+    ) -> Task {
+        let mut st = self.state();
+        st.purge();
+        let Some(link) = st.links.get_mut(node) else {
+            return Task::Exit;
+        };
+        if link.waiters == 0 && link.idle_since.is_some_and(|t| t.elapsed() >= LINGER) {
+            link.reader = false;
+            link.connected = false;
+            link.channels.clear();
+            link.confirmed_before.clear();
+            drop(st);
+            drop(conn.take());
+            self.changed.notify_all();
+            return Task::Exit;
+        }
+        let moved = !self.cluster && link.connected && link.epoch < epoch;
+        if conn.is_none() || moved {
+            link.connected = false;
+            let wanted: Vec<Option<u16>> = link.channels.keys().copied().collect();
+            return Task::Connect(wanted);
+        }
+        let unsent: Vec<Option<u16>> = link
+            .channels
+            .iter()
+            .filter(|(_, s)| **s == Status::Unsent)
+            .map(|(c, _)| *c)
+            .collect();
+        if !unsent.is_empty() {
+            for c in &unsent {
+                link.channels.insert(*c, Status::Sent);
+            }
+            return Task::Subscribe(unsent);
+        }
+        Task::Read
+    }
+
+    /// Opens the link to `node` and sends the subscriptions to `channels`
+    /// (their confirmations are read as the reader goes on).
+    fn connect(
+        &self,
+        client: &Client,
+        node: &Option<Node>,
+        channels: &[Option<u16>],
+    ) -> Result<redis::Connection> {
+        let budget = Budget::one_call(client.config().connect_timeout() + client.command_timeout());
+        let (mut conn, epoch) = client.open_pubsub(node, budget)?;
+        conn.set_read_timeout(Some(READ_SLICE))
+            .map_err(|e| Error::from_redis(client.redacted_url(), e))?;
+        if !channels.is_empty() {
+            self.send_subscribe(&mut conn, channels, 0)
+                .map_err(|e| Error::from_redis(client.redacted_url(), e))?;
+        }
+        let mut st = self.state();
+        if let Some(link) = st.links.get_mut(node) {
+            link.connected = true;
+            link.epoch = epoch;
+            for c in link.channels.values_mut() {
+                *c = Status::Unsent;
+            }
+            for c in channels {
+                link.channels.insert(*c, Status::Sent);
+            }
+        }
+        Ok(conn)
+    }
+
+    /// Sends one (S)SUBSCRIBE per channel, in one write, behind `pings`
+    /// PINGs.
+    ///
+    /// Why the PINGs: the `redis` crate counts each read that timed out as
+    /// a reply owed and skips that many of the next non-push replies, so an
+    /// error answering a subscription (a refusal by an ACL, a MOVED) would
+    /// be skipped after read slices ended without a frame. One PING more
+    /// than the slices counted since the last subscription absorbs that
+    /// debt (an extra PONG is read and ignored): the error is seen.
+    fn send_subscribe(
+        &self,
+        conn: &mut redis::Connection,
+        channels: &[Option<u16>],
+        pings: u64,
+    ) -> redis::RedisResult<()> {
+        let mut packed = Vec::new();
+        for _ in 0..pings {
+            redis::cmd("PING").write_packed_command(&mut packed);
+        }
+        for c in channels {
+            let command = if c.is_some() {
+                "SSUBSCRIBE"
+            } else {
+                "SUBSCRIBE"
+            };
+            redis::cmd(command)
+                .arg(hub_channel(*c, &self.id))
+                .write_packed_command(&mut packed);
+        }
+        let _signals = crate::signals::Deferred::new();
+        conn.send_packed_command(&packed)
+    }
+
+    /// What the reader of `node` read.
+    fn handle(&self, client: &Client, node: &Option<Node>, value: Value) {
+        let (kind, data) = match value {
+            Value::Push { kind, data } => (kind, data),
+            Value::ServerError(e) => {
+                // A subscription refused: an ACL, or MOVED (the slot map
+                // was stale).
+                let moved = (e.kind() == Some(redis::ServerErrorKind::Moved))
+                    .then(|| e.details()?.split_whitespace().next()?.parse().ok())
+                    .flatten();
+                let error = Error::from_redis(client.redacted_url(), e.into());
+                // MOVED: the topology changed under us, which a wait rides
+                // out (with a fresh slot map) like any other fault.
+                let error = if moved.is_some() {
+                    client.forget_slots();
+                    Error::new(ErrorKind::Connection, error.message().to_owned())
+                } else {
+                    error
+                };
+                self.refused(node, moved, &error);
+                return;
+            }
+            _ => return,
+        };
+        let channel = match data.first() {
+            Some(Value::BulkString(c)) => c.as_slice(),
+            _ => return,
+        };
+        let slot = (kind == PushKind::SMessage
+            || kind == PushKind::SSubscribe
+            || kind == PushKind::SUnsubscribe)
+            .then(|| slot_of(channel));
+        match kind {
+            PushKind::Message | PushKind::SMessage => {
+                if let Some(Value::BulkString(payload)) = data.get(1) {
+                    self.dispatch(payload);
+                }
+            }
+            PushKind::Subscribe | PushKind::SSubscribe => self.confirmed(node, slot),
+            // We never unsubscribe: the server did, because the slot moved.
+            PushKind::SUnsubscribe => {
+                client.forget_slots();
+                self.slot_moved(node, slot);
+            }
+            _ => {}
+        }
+    }
+
+    /// The server confirmed the subscription to `channel` on `node`'s link.
+    fn confirmed(&self, node: &Option<Node>, channel: Option<u16>) {
+        let mut st = self.state();
+        let Some(link) = st.links.get_mut(node) else {
+            return;
+        };
+        link.channels.insert(channel, Status::Confirmed);
+        link.error = None;
+        let again = !link.confirmed_before.insert(channel);
+        let woken = if again {
+            st.waiting_at(node, Some(channel))
+        } else {
+            Vec::new()
+        };
+        drop(st);
+        self.changed.notify_all();
+        for t in woken {
+            t.deliver(Event::Recheck);
+        }
+    }
+
+    /// The server refused a subscription on `node`'s link (`moved`: the
+    /// slot it names is served elsewhere): that channel (or, not knowing
+    /// which, every channel not confirmed yet) is dropped, its waiters are
+    /// woken to look again, and those asking for it are told.
+    fn refused(&self, node: &Option<Node>, moved: Option<u16>, error: &Error) {
+        let mut st = self.state();
+        let mut woken = Vec::new();
+        if let Some(link) = st.links.get_mut(node) {
+            match moved {
+                Some(slot) => {
+                    link.channels.remove(&Some(slot));
+                }
+                None => link.channels.retain(|_, s| *s != Status::Sent),
+            }
+            link.failures += 1;
+            link.error = Some((
+                error.kind(),
+                format!("the subscription for wake-ups was refused: {error}"),
+            ));
+        }
+        if let Some(slot) = moved {
+            woken = st.waiting_at(node, Some(Some(slot)));
+            for t in &woken {
+                st.unplace(&t.id);
+            }
+        }
+        drop(st);
+        self.changed.notify_all();
+        for t in woken {
+            t.deliver(Event::Recheck);
+        }
+    }
+
+    /// The server dropped the sharded channel of `slot` on `node`'s link:
+    /// the slot moved. Its waiters re-check (and re-subscribe where the slot
+    /// went before they register again).
+    fn slot_moved(&self, node: &Option<Node>, slot: Option<u16>) {
+        let mut st = self.state();
+        if let Some(link) = st.links.get_mut(node) {
+            link.channels.remove(&slot);
+            link.confirmed_before.remove(&slot);
+        }
+        let woken = st.waiting_at(node, Some(slot));
+        for t in &woken {
+            st.unplace(&t.id);
+        }
+        drop(st);
+        self.changed.notify_all();
+        for t in woken {
+            t.deliver(Event::Recheck);
+        }
+    }
+
+    /// The link to `node` could not be made.
+    fn failed(&self, node: &Option<Node>, e: &Error) {
+        let mut st = self.state();
+        if let Some(link) = st.links.get_mut(node) {
+            link.failures += 1;
+            link.error = Some((e.kind(), e.message().to_owned()));
+            link.connected = false;
+        }
+        drop(st);
+        self.changed.notify_all();
+    }
+
+    /// The link to `node` broke: its reader reconnects, and its waiters are
+    /// woken once it is back (see the module docs).
+    fn broken(&self, node: &Option<Node>, e: &Error) {
+        let mut st = self.state();
+        if let Some(link) = st.links.get_mut(node) {
+            link.connected = false;
+            link.error = Some((e.kind(), e.message().to_owned()));
+            for s in link.channels.values_mut() {
+                *s = Status::Unsent;
+            }
+        }
+        drop(st);
+        self.changed.notify_all();
+    }
+}
+
+impl State {
+    /// Places `ticket` (enrolling it if need be) at `place`.
+    fn place(&mut self, ticket: &Ticket, place: Place) {
+        let old = match self.entries.get_mut(ticket.id()) {
+            Some(Entry::Waiting { place: p, .. }) => p.replace(place.clone()),
+            _ => {
+                self.entries.insert(
+                    ticket.id().to_owned(),
+                    Entry::Waiting {
+                        ticket: ticket.inner.clone(),
+                        place: Some(place.clone()),
+                    },
+                );
+                None
+            }
+        };
+        if old.as_ref().map(|p| &p.0) == Some(&place.0) {
+            return;
+        }
+        if let Some((node, _)) = old {
+            self.link_lost_waiter(&node);
+        }
+        let link = self.links.entry(place.0).or_insert_with(Link::idle);
+        link.waiters += 1;
+        link.idle_since = None;
+    }
+
+    /// Takes the waiter `id` off its link.
+    fn unplace(&mut self, id: &str) {
+        if let Some(Entry::Waiting { place, .. }) = self.entries.get_mut(id)
+            && let Some((node, _)) = place.take()
+        {
+            self.link_lost_waiter(&node);
+        }
+    }
+
+    fn link_lost_waiter(&mut self, node: &Option<Node>) {
+        if let Some(link) = self.links.get_mut(node) {
+            link.waiters = link.waiters.saturating_sub(1);
+            if link.waiters == 0 {
+                link.idle_since = Some(Instant::now());
+            }
+        }
+    }
+
+    /// The tickets of the waiters at `node` (and `channel`, if given).
+    fn waiting_at(&self, node: &Option<Node>, channel: Option<Option<u16>>) -> Vec<Arc<Shared>> {
+        self.entries
+            .values()
+            .filter_map(|e| match e {
+                Entry::Waiting {
+                    ticket,
+                    place: Some((n, c)),
+                } if n == node && channel.is_none_or(|ch| ch == *c) => Some(ticket.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Drops departed entries whose time has passed (at most once a second).
+    fn purge(&mut self) {
+        let now = Instant::now();
+        if self
+            .purged
+            .is_some_and(|t| now.duration_since(t) < Duration::from_secs(1))
+        {
+            return;
+        }
+        self.purged = Some(now);
+        self.entries
+            .retain(|_, e| !matches!(e, Entry::Departed { until, .. } if *until <= now));
+    }
+}
+
+/// Reads one frame within [`READ_SLICE`] (the connection's read timeout,
+/// set when it was opened): `None` when the slice ended (or a signal cut the
+/// read short) with nothing read.
+fn read_one(conn: &mut redis::Connection) -> redis::RedisResult<Option<Value>> {
+    match conn.recv_response() {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if e.is_timeout() => Ok(None),
+        Err(e) if e.is_io_error() && e.to_string().contains("os error 4") => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// `g:<id>:<fence>` → a grant; `w:<id>` → a wake-up; anything else (a
+/// poke) → nothing.
+fn parse(payload: &[u8]) -> Option<(Event, &str)> {
+    let text = std::str::from_utf8(payload).ok()?;
+    if let Some(rest) = text.strip_prefix("g:") {
+        let (id, fence) = rest.split_once(':')?;
+        return Some((Event::Granted(fence.parse().ok()?), id));
+    }
+    text.strip_prefix("w:").map(|id| (Event::Woken, id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_name_the_waiter_and_what_happened() {
+        assert_eq!(
+            parse(b"g:abc:1763700000123456"),
+            Some((Event::Granted(1_763_700_000_123_456), "abc"))
+        );
+        assert_eq!(parse(b"w:abc"), Some((Event::Woken, "abc")));
+        assert_eq!(parse(b"n"), None);
+        assert_eq!(parse(b"g:abc"), None);
+        assert_eq!(parse(b"g:abc:x"), None);
+        assert_eq!(parse(b"\xff"), None);
+    }
+
+    #[test]
+    fn hub_ids_say_whether_channels_are_sharded() {
+        let plain = Hub::new(false, false);
+        let sharded = Hub::new(true, true);
+        assert!(plain.id.starts_with('p') && plain.id.len() == 17);
+        assert!(sharded.id.starts_with('s'));
+        assert_ne!(plain.id[1..], sharded.id[1..]);
+        let t = Ticket::new();
+        assert_eq!(plain.member(&t), format!("{}:{}", plain.id, t.id()));
+    }
+}
