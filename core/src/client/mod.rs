@@ -11,8 +11,11 @@
 //! connections, on the right node).
 
 pub(crate) mod conn;
+mod failure;
+mod native;
 mod nodes;
 mod pool;
+mod replay;
 mod replicas;
 mod sentinel;
 pub(crate) mod subscriber;
@@ -31,6 +34,8 @@ use self::conn::{
     Conn, Link, install_crypto_provider, is_failover, is_stale, may_have_run, open_link,
     single_client,
 };
+use self::failure::which_timeout;
+use self::native::IFEQ_UNKNOWN;
 use self::pool::Pool;
 use self::sentinel::{MasterView, Next};
 use self::topology::cluster_client;
@@ -67,13 +72,6 @@ struct Inner {
     /// of the `IFEQ_*` values.
     set_ifeq: AtomicU8,
 }
-
-/// Not known yet: asked on the next new connection.
-const IFEQ_UNKNOWN: u8 = 0;
-/// The server has `SET … IFEQ`.
-const IFEQ_YES: u8 = 1;
-/// It has not (or it is a cluster, whose nodes are not asked).
-const IFEQ_NO: u8 = 2;
 
 enum Backend {
     Single(redis::Client),
@@ -223,38 +221,6 @@ impl Client {
         self.inner.last_connect.load(Ordering::Acquire)
     }
 
-    /// True when the server has `SET key value IFEQ value PX ms` (Valkey
-    /// 8.1 and later, Redis 8.4 and later), as the first connection found
-    /// (`INFO server`; asked again after a Sentinel failover). A token-checked
-    /// extend is then one native command instead of a script. False until a
-    /// connection was made, and on a cluster.
-    pub(crate) fn has_set_ifeq(&self) -> bool {
-        self.inner.set_ifeq.load(Ordering::Acquire) == IFEQ_YES
-    }
-
-    /// On a new connection, while it is not known: asks the server whether
-    /// it has `SET … IFEQ` (see [`Client::has_set_ifeq`]). A server that
-    /// refuses `INFO` (an ACL) is taken not to. The reply is awaited within
-    /// `budget`, the connect's.
-    fn probe_set_ifeq(&self, conn: &mut Conn, budget: Budget) -> redis::RedisResult<()> {
-        if self.inner.set_ifeq.load(Ordering::Acquire) != IFEQ_UNKNOWN {
-            return Ok(());
-        }
-        conn.fit_timeout(budget.cap(self.inner.config.command_timeout))?;
-        if matches!(self.inner.backend, Backend::Cluster(_)) {
-            self.inner.set_ifeq.store(IFEQ_NO, Ordering::Release);
-            return Ok(());
-        }
-        let found = match redis::cmd("INFO").arg("server").query::<String>(conn) {
-            Ok(info) if has_set_ifeq(&info) => IFEQ_YES,
-            Ok(_) => IFEQ_NO,
-            Err(e) if !may_have_run(&e) => IFEQ_NO,
-            Err(e) => return Err(e),
-        };
-        self.inner.set_ifeq.store(found, Ordering::Release);
-        Ok(())
-    }
-
     /// The time allowed for one command (subscription replies included).
     pub(crate) fn command_timeout(&self) -> Duration {
         self.inner.config.command_timeout
@@ -394,84 +360,6 @@ impl Client {
         } else {
             op(conn)
         }
-    }
-
-    /// The error of a call whose budget is spent before a round trip could
-    /// start (nothing was sent).
-    fn spent(&self, context: &str) -> Error {
-        Error::new(
-            ErrorKind::Timeout,
-            format!(
-                "{context}: timed out: no time left for a round trip to {} (the call's \
-                 timeout, plus one command timeout of {:?}, has passed)",
-                self.redacted_url(),
-                self.inner.config.command_timeout
-            ),
-        )
-    }
-
-    /// The error of a round trip on `conn` (taken from the pool when
-    /// `reused`) that failed with `e`.
-    fn failed(
-        &self,
-        conn: Conn,
-        epoch: u64,
-        e: redis::RedisError,
-        context: &str,
-        reused: bool,
-    ) -> Error {
-        if !reused && e.kind() == redis::ErrorKind::Parse {
-            // The first reply of a new connection is not RESP: the peer is
-            // not a Redis server (an HTTP server, a proxy's error page, a
-            // TLS port spoken to in plain text), so nothing ran.
-            return self.not_redis(&e).context(context);
-        }
-        // A server error reply leaves the connection usable; anything else
-        // (I/O, timeout, protocol) leaves it in an unknown state.
-        let unknown = may_have_run(&e);
-        let waited = conn.timeout();
-        if e.is_io_error() || e.is_timeout() || e.is_unrecoverable_error() || is_failover(&e) {
-            drop(conn);
-            self.inner.pool.discard();
-            self.forget_topology(&e);
-        } else {
-            self.inner.pool.put(conn, epoch);
-        }
-        let url = self.redacted_url();
-        let err = if e.is_timeout() {
-            // Which server, and which timeout struck.
-            Error::with_source(
-                ErrorKind::Timeout,
-                format!(
-                    "{context}: timed out: no reply from {url} within {}",
-                    which_timeout(waited, self.inner.config.command_timeout, "command")
-                ),
-                e,
-            )
-        } else if crate::error::is_transient_redis(&e) {
-            Error::from_redis(&format!("{context}: {url}"), e)
-        } else {
-            Error::from_redis(context, e)
-        };
-        if unknown {
-            err.with_outcome_unknown()
-        } else {
-            err
-        }
-    }
-
-    /// The error of a new connection whose first reply (`e`) is not RESP.
-    fn not_redis(&self, e: &redis::RedisError) -> Error {
-        Error::new(
-            ErrorKind::Connection,
-            format!(
-                "connection error: the server at {} does not speak the Redis protocol (its \
-                 reply could not be read as one: {}); is the URL's host and port those of a \
-                 Redis server, and its scheme (redis:// or rediss://) right?",
-                self.redacted_url(),
-                e.to_string().lines().next().unwrap_or_default()
-            ),
-        )
     }
 
     /// A connection, whether it was pooled, and the pool's epoch when it
@@ -615,109 +503,6 @@ impl Client {
     }
 }
 
-/// Whether the server whose `INFO server` reads `info` has `SET … IFEQ`:
-/// Valkey 8.1 or later (`valkey_version`; Valkey reports a `redis_version`
-/// of 7.2.4 for compatibility), Redis 8.4 or later.
-fn has_set_ifeq(info: &str) -> bool {
-    let field = |name: &str| {
-        info.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-            .map(|v| {
-                let mut parts = v.trim().split('.').map(|p| p.parse::<u32>().unwrap_or(0));
-                (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
-            })
-    };
-    match field("valkey_version") {
-        Some(v) => v >= (8, 1),
-        None => field("redis_version").is_some_and(|v| v >= (8, 4)),
-    }
-}
-
-/// `waited` and the `kind` timeout (`limit`) it came from, for messages:
-/// `0.500 s (the command timeout)`, or, when the call's time left cut it
-/// short, `0.120 s (the command timeout of 0.500 s, cut to the time the call
-/// had left)`.
-fn which_timeout(waited: Duration, limit: Duration, kind: &str) -> String {
-    if waited + Duration::from_millis(5) < limit {
-        format!(
-            "{:.3} s (the {kind} timeout of {:.3} s, cut to the time the call had left)",
-            waited.as_secs_f64(),
-            limit.as_secs_f64()
-        )
-    } else {
-        format!("{:.3} s (the {kind} timeout)", limit.as_secs_f64())
-    }
-}
-
-/// Sentinel: releases made up to this long ago are run again on a new
-/// master (see [`Client::note_release`]): the client goes on with the master
-/// it knows for up to [`sentinel::MASTER_RECHECK`] after the sentinels
-/// switched (and a command timeout more while it asks them), while the old
-/// master may still take writes that the new one never sees.
-fn replay_window(command_timeout: Duration) -> Duration {
-    sentinel::MASTER_RECHECK * 2 + command_timeout
-}
-
-/// At most this many releases are kept for replay (the oldest go first).
-const MAX_REPLAYS: usize = 4096;
-
-impl Client {
-    /// Sentinel: a release of a lock just succeeded; keep it (as the
-    /// settlement `make` builds, a token-checked release) for a while, so
-    /// that if the master turns out to have changed meanwhile, it runs again
-    /// on the new one. A release that reached the old master after the
-    /// promotion is lost with the old master's writes, and would leave the
-    /// hold on the new master until its TTL (a stall after every graceful
-    /// switch-over, issue 27.4). Running it again is harmless: it only ever
-    /// frees a key that still holds its token. Nothing is kept for other
-    /// deployments.
-    ///
-    /// `since`: [`Client::master_moves`] before the release was sent. A
-    /// master change seen while it was in flight has already handed the
-    /// kept releases to the keeper, so this one goes to the keeper at once
-    /// (it may have run on the old master after the promotion).
-    pub(crate) fn note_release(
-        &self,
-        since: u64,
-        make: impl FnOnce() -> Box<dyn crate::settle::Settlement>,
-    ) {
-        if !matches!(self.inner.backend, Backend::Sentinel) {
-            return;
-        }
-        let now = Instant::now();
-        let window = replay_window(self.inner.config.command_timeout);
-        let settlement = make();
-        let mut idle = self.inner.pool.state();
-        // (`moves` changes, and the kept releases are taken, under this lock.)
-        if self.master_moves() != since {
-            drop(idle);
-            crate::settle::defer(settlement);
-            return;
-        }
-        while idle.replays.front().is_some_and(|(at, _)| {
-            now.duration_since(*at) > window || idle.replays.len() >= MAX_REPLAYS
-        }) {
-            idle.replays.pop_front();
-        }
-        idle.replays.push_back((now, settlement));
-    }
-
-    /// After a failover: hands the releases of the last moments to the
-    /// keeper, which runs them on the new master.
-    fn replay(
-        &self,
-        replays: std::collections::VecDeque<(Instant, Box<dyn crate::settle::Settlement>)>,
-    ) {
-        let window = replay_window(self.inner.config.command_timeout);
-        let now = Instant::now();
-        for (at, settlement) in replays {
-            if now.duration_since(at) <= window {
-                crate::settle::defer(settlement);
-            }
-        }
-    }
-}
-
 /// Runs one round trip on a connection of the redis crate (TLS, RESP3, a
 /// cluster) with signals deferred: a signal must not cut it short, Redis
 /// would have run the command and its reply would be lost (see
@@ -727,25 +512,4 @@ impl Client {
 fn deferring_signals<T>(op: impl FnOnce() -> T) -> T {
     let _signals = crate::signals::Deferred::new();
     op()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::has_set_ifeq;
-
-    #[test]
-    fn set_ifeq_is_found_on_valkey_8_1_and_redis_8_4() {
-        let valkey = |v: &str| {
-            format!(
-                "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:{v}\r\n"
-            )
-        };
-        assert!(has_set_ifeq(&valkey("8.1.8")));
-        assert!(has_set_ifeq(&valkey("9.0.0")));
-        assert!(!has_set_ifeq(&valkey("8.0.2")));
-        assert!(has_set_ifeq("# Server\r\nredis_version:8.4.0\r\n"));
-        assert!(!has_set_ifeq("# Server\r\nredis_version:8.2.1\r\n"));
-        assert!(!has_set_ifeq("# Server\r\nredis_version:7.0.15\r\n"));
-        assert!(!has_set_ifeq(""));
-    }
 }
