@@ -203,7 +203,7 @@ pub fn settle<T>(result: ferrolock::Result<T>) -> PhpResult<Option<T>> {
 /// since the last call (`ops.rs`): PHP's calls are the only moments it can
 /// run on the request's thread.
 pub fn guard<T>(body: impl FnOnce() -> PhpResult<T>) -> PhpResult<T> {
-    crate::ops::dispatch();
+    crate::lost_hook::dispatch();
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(result) => result,
         Err(panic) => {

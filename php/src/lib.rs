@@ -25,6 +25,7 @@ mod errors;
 mod jobs;
 mod legacy;
 mod lock;
+mod lost_hook;
 mod modern;
 mod ops;
 mod queue;
@@ -78,7 +79,7 @@ extern "C" fn module_shutdown(ty: i32, module_number: i32) -> i32 {
 
 extern "C" fn request_shutdown(_ty: i32, _module_number: i32) -> i32 {
     lock::release_instance();
-    ops::release_hook();
+    lost_hook::release_hook();
     0
 }
 

@@ -8,67 +8,14 @@
 //! ferrolock class, `Ferrolock\Events::dispatch()` included), on the
 //! request's thread. No `E_WARNING` is raised for a loss.
 
-use std::cell::RefCell;
-
 use ext_php_rs::exception::PhpResult;
 use ext_php_rs::prelude::*;
 use ext_php_rs::types::{ZendCallable, ZendHashTable, Zval};
-use ferrolock::ops::events::{self, EventKind};
 use ferrolock::ops::metrics;
 
 use crate::args::{type_error, type_name};
 use crate::errors::guard;
-
-thread_local! {
-    /// The lost-lock hook of the current request (a callable), dropped at
-    /// request end (it may be a closure of the request's objects).
-    static HOOK: RefCell<Option<Zval>> = const { RefCell::new(None) };
-}
-
-/// Drops the hook and the events not dispatched (called from RSHUTDOWN,
-/// while the object store is still alive): a request's hook never sees the
-/// next request's losses, nor the next one this one's.
-pub fn release_hook() {
-    let old = HOOK.with(|slot| slot.borrow_mut().take());
-    if old.is_some() {
-        events::enable(false);
-        let _ = events::drain();
-    }
-    drop(old);
-}
-
-/// Calls the hook for each lock found lost in the background since the last
-/// call (the start of every method of the extension; one atomic load when
-/// nothing happened).
-pub fn dispatch() {
-    if !events::pending() {
-        return;
-    }
-    let hook = HOOK.with(|slot| slot.borrow().as_ref().map(Zval::shallow_clone));
-    let lost = events::drain();
-    let Some(hook) = hook else {
-        return;
-    };
-    for event in lost {
-        // Losses the watchdog found (a release or extend that finds its lock
-        // lost throws there instead).
-        if event.kind != EventKind::LockLost || event.lock_id == 0 {
-            continue;
-        }
-        let Ok(callable) = ZendCallable::new(&hook) else {
-            return;
-        };
-        let mut name = Zval::new();
-        name.set_binary(event.name.clone());
-        if let Err(e) = callable.try_call(vec![&name, &event.message.as_str()]) {
-            crate::jobs::error_log(&format!(
-                "ferrolock: the lost-lock hook failed on {}: {}",
-                String::from_utf8_lossy(&event.name),
-                crate::jobs::describe(e)
-            ));
-        }
-    }
-}
+use crate::lost_hook::{release_hook, set_hook};
 
 /// This process's lock figures, for an application's own exporter.
 #[php_class]
@@ -144,10 +91,7 @@ impl Events {
                 };
                 return Err(type_error(&at, "?callable", &type_name(hook)));
             }
-            let hook = hook.shallow_clone();
-            let old = HOOK.with(|slot| slot.borrow_mut().replace(hook));
-            drop(old);
-            events::enable(true);
+            set_hook(hook.shallow_clone());
             Ok(())
         })
     }

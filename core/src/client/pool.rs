@@ -42,7 +42,6 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::fork::current_pid;
 use crate::settle::Settlement;
 use crate::sync::LockUnpoisoned;
-use crate::wait::hub::Hub;
 
 /// The most command connections one client has open at once.
 pub(crate) const MAX_OPEN: usize = 32;
@@ -73,8 +72,9 @@ pub(super) struct Idle {
     conns: Vec<(Conn, Instant)>,
     /// Command connections open (idle or checked out), at most [`MAX_OPEN`].
     open: usize,
-    /// The wait hub of this client in this process.
-    pub hub: Option<Arc<Hub>>,
+    /// The wait hub of this client in this process (`wait/hub.rs`), kept
+    /// without its type (see `Client::shared_by_waits`).
+    pub hub: Option<Arc<dyn std::any::Any + Send + Sync>>,
     /// Cluster: the slot map last fetched.
     pub slots: SlotCache,
     /// See the module documentation.

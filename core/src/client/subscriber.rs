@@ -1,5 +1,6 @@
-//! The client's side of the wait hub (`wait/hub.rs`): the hub of this
-//! process, where its subscription connections go, and how they are opened.
+//! The client's side of the wait hub (`wait/hub.rs`): where the hub of
+//! this process is kept, where its subscription connections go, and how
+//! they are opened.
 //!
 //! A subscription must live on the node that runs the scripts which publish
 //! to it: the server itself, the current master for Sentinel, the master
@@ -7,6 +8,7 @@
 //! where subscription traffic arrives as push frames; they never carry
 //! ordinary commands.
 
+use std::any::Any;
 use std::sync::Arc;
 
 use super::conn::{Node, open, single_client, tcp_addr};
@@ -16,32 +18,31 @@ use super::{Backend, Client};
 use crate::budget::Budget;
 use crate::config::{Target, node_info};
 use crate::error::{Error, ErrorKind, Result};
-use crate::wait::hub::Hub;
 
 impl Client {
-    /// The wait hub of this client in this process, made on first use. On
-    /// a Cluster this asks a node once whether it has sharded pub/sub
-    /// (Redis 7): with it, each slot waited on gets a channel of its own.
-    pub(crate) fn hub(&self) -> Result<Arc<Hub>> {
-        if let Some(hub) = self.inner.pool.state().hub.clone() {
-            return Ok(hub);
-        }
-        let sharded = self.is_cluster() && self.has_sharded_pubsub()?;
-        let mut idle = self.inner.pool.state();
-        Ok(idle
-            .hub
-            .get_or_insert_with(|| Arc::new(Hub::new(self.is_cluster(), sharded)))
-            .clone())
-    }
-
-    /// Whether the servers know `SPUBLISH` (`COMMAND INFO` answers nil for
-    /// a command they do not know).
-    fn has_sharded_pubsub(&self) -> Result<bool> {
-        let info: Vec<redis::Value> = self.query(
-            "sharded pub/sub",
-            redis::cmd("COMMAND").arg("INFO").arg("SPUBLISH"),
-        )?;
-        Ok(matches!(info.first(), Some(redis::Value::Array(_))))
+    /// What the waits of this process share for this client (the wait hub,
+    /// `wait/hub.rs`), made by `make` on first use, and forgotten in a
+    /// forked child. The client keeps it without knowing its type: what
+    /// waits need is theirs (see `Client::hub`).
+    pub(crate) fn shared_by_waits<T: Any + Send + Sync>(
+        &self,
+        make: impl FnOnce() -> Result<T>,
+    ) -> Result<Arc<T>> {
+        let found = self.inner.pool.state().hub.clone();
+        let shared = match found {
+            Some(shared) => shared,
+            None => {
+                // Made without the pool's lock held (`make` may ask the server).
+                let made: Arc<dyn Any + Send + Sync> = Arc::new(make()?);
+                self.inner.pool.state().hub.get_or_insert(made).clone()
+            }
+        };
+        shared.downcast::<T>().map_err(|_| {
+            Error::new(
+                ErrorKind::Config,
+                "internal error: what the waits share was made with another type",
+            )
+        })
     }
 
     /// The pool's epoch: it moves when pooled connections may point at a

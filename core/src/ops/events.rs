@@ -21,6 +21,7 @@ use std::sync::{Condvar, Mutex, MutexGuard, Once, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use crate::sync::LockUnpoisoned;
+use crate::wait::interrupt::{INTERRUPT_SLICE, Interrupt};
 
 /// Events kept at most; older ones are dropped first.
 pub const CAPACITY: usize = 1024;
@@ -215,10 +216,7 @@ fn hold_across_forks() {
                 let _ = FORK_HOLD.try_with(|h| *h.borrow_mut() = Some(guard));
             },
             parent: release_after_fork,
-            child: || {
-                release_after_fork();
-                super::metrics::reset_in_child();
-            },
+            child: release_after_fork,
         })
     });
 }
@@ -288,10 +286,7 @@ pub fn drain() -> Vec<Event> {
 /// Waits up to `timeout` for events, then takes every event waiting,
 /// oldest first (empty when none came). `interrupt` is consulted every
 /// 50 ms; its error ends the wait.
-pub fn wait(
-    timeout: Duration,
-    interrupt: Option<crate::wait::Interrupt<'_>>,
-) -> crate::Result<Vec<Event>> {
+pub fn wait(timeout: Duration, interrupt: Option<Interrupt<'_>>) -> crate::Result<Vec<Event>> {
     let until = std::time::Instant::now() + timeout;
     let wakes = WAKES.load(Ordering::Acquire);
     let mut st = state();
@@ -304,7 +299,7 @@ pub fn wait(
         if now >= until || WAKES.load(Ordering::Acquire) != wakes {
             return Ok(Vec::new());
         }
-        let slice = (until - now).min(crate::wait::INTERRUPT_SLICE);
+        let slice = (until - now).min(INTERRUPT_SLICE);
         st = queue()
             .arrived
             .wait_timeout(st, slice)

@@ -9,6 +9,7 @@
 //! Queue figures are not here: they live in Redis, read with
 //! [`Queue::stats`](crate::Queue::stats).
 
+use std::sync::Once;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -37,6 +38,7 @@ impl Histogram {
 
     /// Counts one duration.
     pub(crate) fn observe(&self, d: Duration) {
+        reset_in_forked_children();
         let secs = d.as_secs_f64();
         let i = BUCKETS
             .iter()
@@ -114,6 +116,7 @@ pub(crate) static DEAD_LETTERED: AtomicU64 = AtomicU64::new(0);
 
 /// Adds one to `counter`.
 pub(crate) fn count(counter: &AtomicU64) {
+    reset_in_forked_children();
     counter.fetch_add(1, Ordering::Relaxed);
 }
 
@@ -131,8 +134,21 @@ pub fn snapshot() -> Snapshot {
     }
 }
 
-/// In a forked child (the events module's fork hook): every figure back to 0.
-pub(crate) fn reset_in_child() {
+/// Registers (once, at the first figure counted) the `fork()` hook that
+/// starts a forked child's figures from 0.
+fn reset_in_forked_children() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        crate::fork::register(crate::fork::Hooks {
+            prepare: || {},
+            parent: || {},
+            child: reset_in_child,
+        })
+    });
+}
+
+/// In a forked child: every figure back to 0.
+fn reset_in_child() {
     LOCK_WAIT.reset();
     LOCK_HOLD.reset();
     for c in [

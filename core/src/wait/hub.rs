@@ -66,6 +66,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use redis::Value;
+
 use super::ticket::{Event, Shared, Ticket};
 use crate::budget::Budget;
 use crate::client::Client;
@@ -196,6 +198,28 @@ enum Task {
     Connect(Vec<Option<u16>>),
     Subscribe(Vec<Option<u16>>),
     Read,
+}
+
+impl Client {
+    /// The wait hub of this client in this process, made on first use. On
+    /// a Cluster this asks a node once whether it has sharded pub/sub
+    /// (Redis 7): with it, each slot waited on gets a channel of its own.
+    pub(crate) fn hub(&self) -> Result<Arc<Hub>> {
+        self.shared_by_waits(|| {
+            let sharded = self.is_cluster() && self.has_sharded_pubsub()?;
+            Ok(Hub::new(self.is_cluster(), sharded))
+        })
+    }
+
+    /// Whether the servers know `SPUBLISH` (`COMMAND INFO` answers nil for
+    /// a command they do not know).
+    fn has_sharded_pubsub(&self) -> Result<bool> {
+        let info: Vec<Value> = self.query(
+            "sharded pub/sub",
+            redis::cmd("COMMAND").arg("INFO").arg("SPUBLISH"),
+        )?;
+        Ok(matches!(info.first(), Some(Value::Array(_))))
+    }
 }
 
 impl Hub {

@@ -64,7 +64,7 @@
 //! arrive; `interrupt.rs` how a wait stays interruptible.
 
 pub(crate) mod hub;
-mod interrupt;
+pub(crate) mod interrupt;
 mod ticket;
 
 use std::sync::Arc;

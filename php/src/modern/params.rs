@@ -1,10 +1,14 @@
 //! Argument types of the modern queue classes that `args.rs` does not
 //! have: `mixed`, a `?int` whose null is a value, a `bool` with a default.
 
+use std::time::Duration;
+
 use ext_php_rs::convert::FromZval;
-use ext_php_rs::exception::PhpResult;
+use ext_php_rs::exception::{PhpException, PhpResult};
 use ext_php_rs::flags::DataType;
 use ext_php_rs::types::Zval;
+
+use ferrolock::validate;
 
 use crate::args::{At, IntArg, Param, bool_of, type_error};
 
@@ -75,4 +79,15 @@ impl Param for Option<BoolArg> {
             Some(BoolArg(v)) => v.map_err(|got| type_error(at, "bool", &got)),
         }
     }
+}
+
+/// A visibility in seconds (null: the default), from 0.001 to ten years.
+pub fn visibility_of(
+    visibility: Option<f64>,
+    fail: impl Fn(ferrolock::Error) -> PhpException,
+) -> PhpResult<Option<Duration>> {
+    visibility
+        .map(|v| validate::ttl(v, "visibility"))
+        .transpose()
+        .map_err(fail)
 }

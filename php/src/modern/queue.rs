@@ -9,7 +9,6 @@
 #![allow(elided_lifetimes_in_paths)]
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use ext_php_rs::convert::IntoZval;
 use ext_php_rs::exception::{PhpException, PhpResult};
@@ -21,7 +20,7 @@ use ferrolock::{
 };
 
 use super::enqueue::{Items, enqueue_items, is_id};
-use super::params::{BoolArg, Mixed, NullableInt};
+use super::params::{BoolArg, Mixed, NullableInt, visibility_of};
 use super::task::{Origin, Task};
 use super::{Kind, Settings, Value, bytes, connection_value, invalid, number};
 use crate::args::{
@@ -103,17 +102,6 @@ fn count_of(count: Option<i64>, method: &str) -> PhpResult<usize> {
 /// A wait in seconds: finite and >= 0 (more than ten years: ten years).
 fn wait_of(wait: f64, method: &str) -> PhpResult<Wait> {
     Wait::from_secs(Some(cap_wait(wait)), "wait").map_err(|e| Queue::fail(method, e))
-}
-
-/// A visibility in seconds (null: the default), from 0.001 to ten years.
-pub(super) fn visibility_of(
-    visibility: Option<f64>,
-    fail: impl Fn(ferrolock::Error) -> PhpException,
-) -> PhpResult<Option<Duration>> {
-    visibility
-        .map(|v| validate::ttl(v, "visibility"))
-        .transpose()
-        .map_err(fail)
 }
 
 #[php_impl]

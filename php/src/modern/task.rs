@@ -15,7 +15,7 @@ use ext_php_rs::prelude::*;
 use ext_php_rs::types::{ZendClassObject, Zval};
 use ferrolock::{Heartbeat, validate};
 
-use super::queue::visibility_of;
+use super::params::visibility_of;
 use crate::args::{OptNum, bytes_zval, read_args};
 use crate::errors::{guard, modern, value_error};
 use crate::jobs::{CallableArg, Unwind};
