@@ -148,7 +148,19 @@ struct State {
     /// acquire+release would otherwise switch to the watchdog thread and back
     /// on every acquire (about 3 % of an uncontended pair here).
     wakes_at: Option<Instant>,
+    /// How long the thread sleeps with nothing to renew: the shortest
+    /// renewal period of the leases seen so far (at least [`MIN_IDLE_NAP`]),
+    /// so that a lease registered while it sleeps is usually due after it
+    /// wakes anyway and needs no wake-up (a loop of acquire+release of one
+    /// lock registers one lease after another).
+    idle_nap: Duration,
 }
+
+/// The shortest sleep of an idle watchdog thread (see `State::idle_nap`).
+const MIN_IDLE_NAP: Duration = Duration::from_secs(1);
+
+/// The longest sleep of an idle watchdog thread.
+const MAX_IDLE_NAP: Duration = Duration::from_secs(60);
 
 impl State {
     /// Whether the thread must be woken to notice a lease due at `due`.
@@ -176,6 +188,7 @@ fn watchdog() -> &'static Watchdog {
                 entries: Vec::new(),
                 running: false,
                 wakes_at: None,
+                idle_nap: MAX_IDLE_NAP,
             }),
             wake: Condvar::new(),
         }
@@ -215,8 +228,10 @@ fn release_after_fork() {
 
 /// Starts keeping `lease` alive (first renewal after ttl/3).
 pub(crate) fn register(lease: Arc<Lease>) {
-    let due = Instant::now() + lease.ttl() / 3;
+    let period = lease.ttl() / 3;
+    let due = Instant::now() + period;
     let mut st = state();
+    st.idle_nap = st.idle_nap.min(period.max(MIN_IDLE_NAP));
     st.entries.push(Entry { due, lease });
     let wake = st.must_wake_for(due);
     if !st.running {
@@ -274,10 +289,10 @@ fn run() {
         st.entries
             .retain(|e| e.lease.active.load(Ordering::Acquire));
         let now = Instant::now();
-        // Sleep until the earliest renewal is due, or a minute when none is
-        // (a lease registered meanwhile wakes us if it is due sooner).
+        // Sleep until the earliest renewal is due, or for the idle nap when
+        // none is (a lease registered meanwhile wakes us if it is due sooner).
         let earliest = st.entries.iter().map(|e| e.due).min();
-        let until = earliest.unwrap_or(now + Duration::from_secs(60));
+        let until = earliest.unwrap_or(now + st.idle_nap);
         if earliest.is_none_or(|due| due > now) {
             st.wakes_at = Some(until);
             st = w
