@@ -574,4 +574,8 @@ def _on_sigterm(stopping: asyncio.Event) -> Callable[[], None]:
         loop.add_signal_handler(signal.SIGTERM, on_term)
     except (NotImplementedError, RuntimeError, ValueError):
         return lambda: None
-    return lambda: loop.remove_signal_handler(signal.SIGTERM)
+
+    def restore() -> None:
+        loop.remove_signal_handler(signal.SIGTERM)
+
+    return restore
