@@ -355,10 +355,9 @@ fn bridge(py: Python<'_>) -> PyResult<(Bound<'_, PyAny>, Arc<Bridge>)> {
                 .map(Bound::unbind)
         })?
         .bind(py);
-    if let Some(b) = bridges
+    if let Ok(b) = bridges
         .call_method1("get", (&event_loop,))?
         .cast::<PyBridge>()
-        .ok()
     {
         return Ok((event_loop, b.get().inner.clone()));
     }
@@ -496,7 +495,10 @@ impl OpInner {
                             locked(&self.state).undoing = Some(s.clone_ref(py));
                             s
                         }
-                        (None, None) => return Ok(spawn_undo(&self.bridge, None, undo)),
+                        (None, None) => {
+                            spawn_undo(&self.bridge, None, undo);
+                            return Ok(());
+                        }
                     };
                     spawn_undo(&self.bridge, Some(settled), undo);
                 }
@@ -804,12 +806,19 @@ impl<S: Stepper> Driver<S> {
                         let me: Weak<dyn Wake> = self.me.clone();
                         timers().add(until, s.generation, me);
                     }
-                    let first = s.ticket.is_none();
-                    if first && let Some(t) = &ticket {
-                        s.ticket = Some(t.clone());
-                    }
+                    // A new ticket (the first wait, or a worker's wait
+                    // started again after trouble): listen on it.
+                    let fresh =
+                        ticket.filter(|t| s.ticket.as_ref().is_none_or(|old| old.id() != t.id()));
+                    let old = match &fresh {
+                        Some(t) => s.ticket.replace(t.clone()),
+                        None => None,
+                    };
                     drop(s);
-                    if first && let Some(t) = ticket {
+                    if let Some(old) = old {
+                        old.clear_callback();
+                    }
+                    if let Some(t) = fresh {
                         let me = self.me.clone();
                         t.on_event(Box::new(move |_| {
                             if let Some(d) = me.upgrade() {
@@ -1387,6 +1396,9 @@ impl Stepper for NextTask {
     }
 }
 
+/// The task a worker handed out last and has not ended, with its heartbeat.
+type Current = Option<(ferrolock::Task, Option<Heartbeat>)>;
+
 /// One consumer of `ferrolock.aio.Queue.work`: the awaitable `_Worker`.
 #[pyclass(name = "_AsyncWorker", module = "ferrolock._native", frozen)]
 pub struct PyAsyncWorker {
@@ -1395,7 +1407,7 @@ pub struct PyAsyncWorker {
     visibility: Option<Duration>,
     heartbeat: bool,
     /// The task handed out last and not yet ended, with its heartbeat.
-    current: Arc<Mutex<Option<(ferrolock::Task, Option<Heartbeat>)>>>,
+    current: Arc<Mutex<Current>>,
     troubles: Arc<AtomicU64>,
 }
 
