@@ -28,7 +28,7 @@ namespace {
  * `unix://`, `redis+sentinel://`, `redis+cluster://`), or an array like the
  * legacy RedisFactory (`host`, `port`, `password`, `database`, plus `url`,
  * `username`, `timeout`, `tls`, `prefix`; RedisLock also `servers`, `fair`,
- * `auto_renew`; RedisQueue also `lock_prefix`), or null: ini `ferrolock.url`,
+ * `auto_renew`, `min_replicas`; RedisQueue also `lock_prefix`), or null: ini `ferrolock.url`,
  * else `$REDIS_URL`, else `redis://127.0.0.1:6379/0`. An array without `url`,
  * `host`, `port`, `password` or `database` means that default server, with its
  * `timeout`, `username` and `tls` applied. An array with `url` applies its
@@ -79,7 +79,10 @@ class RedisLock
      *        throws RedisLockException);
      *        'fair' => true serves waiters in arrival order; 'auto_renew' =>
      *        true renews held locks every expire/3 in the background (both
-     *        for a single server only); 'prefix' => key prefix (default 'Lock:').
+     *        for a single server only); 'min_replicas' => n confirms each
+     *        lock() on n replicas (WAIT) or undoes it and throws
+     *        RedisLockException, at once while the master has fewer replicas
+     *        connected; 'prefix' => key prefix (default 'Lock:').
      */
     public function __construct(string|array|null $param = null) {}
 

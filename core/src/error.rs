@@ -34,6 +34,9 @@ pub enum ErrorKind {
     Quorum,
     /// The wait was interrupted by the caller (a signal, a cancelled task).
     Interrupted,
+    /// The caller already holds this non-reentrant lock: acquiring it again
+    /// would wait for itself.
+    WouldDeadlock,
     /// Redis answered with an error (script error, wrong type, OOM, …).
     Redis,
 }
@@ -51,6 +54,7 @@ impl ErrorKind {
             Self::QueueLocked => "queue locked",
             Self::Quorum => "no quorum",
             Self::Interrupted => "interrupted",
+            Self::WouldDeadlock => "would deadlock",
             Self::Redis => "redis error",
         }
     }
@@ -98,13 +102,33 @@ impl Error {
     /// (for example `lock "orders"`).
     pub(crate) fn from_redis(context: &str, err: redis::RedisError) -> Self {
         let kind = classify(&err);
-        let hint = version_hint(&err.to_string()).unwrap_or_default();
+        let hint = version_hint(&err.to_string())
+            .or_else(|| {
+                (err.kind() == redis::ErrorKind::Parse).then_some(
+                    " (the reply is not in the Redis protocol: does this address serve Redis?)",
+                )
+            })
+            .unwrap_or_default();
         let message = format!("{context}: {}: {err}{hint}", kind.describe());
         Self {
             kind,
             message,
             outcome_unknown: false,
             source: Some(err),
+        }
+    }
+
+    /// An error of `kind` with a complete message, caused by `source`.
+    pub(crate) fn with_source(
+        kind: ErrorKind,
+        message: impl Into<String>,
+        source: redis::RedisError,
+    ) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            outcome_unknown: false,
+            source: Some(source),
         }
     }
 
@@ -191,6 +215,14 @@ fn version_hint(text: &str) -> Option<&'static str> {
     old_server.then_some(" (an older Redis? ferrolock needs 6.0 or later)")
 }
 
+/// True for a `redis` error about reaching the server (not about the
+/// command): a connection error, a timeout, or a server that cannot serve
+/// now (loading, read-only after a failover, cluster down). Its message
+/// should name the server.
+pub(crate) fn is_transient_redis(err: &redis::RedisError) -> bool {
+    matches!(classify(err), ErrorKind::Connection | ErrorKind::Timeout)
+}
+
 fn classify(err: &redis::RedisError) -> ErrorKind {
     use redis::ErrorKind as K;
     use redis::ServerErrorKind as S;
@@ -213,6 +245,8 @@ fn classify(err: &redis::RedisError) -> ErrorKind {
             | S::Moved
             | S::Ask,
         ) => ErrorKind::Connection,
+        // A reply that is not RESP: a peer that is not a Redis server.
+        K::Parse => ErrorKind::Connection,
         K::MasterNameNotFoundBySentinel
         | K::NoValidReplicasFoundBySentinel
         | K::EmptySentinelList

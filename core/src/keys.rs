@@ -136,6 +136,9 @@ pub(crate) struct LockKeys {
     pub legacy_turn: Vec<u8>,
     /// When the next legacy pollers' turn may start.
     pub legacy_next: Vec<u8>,
+    /// Tokens whose acquire was abandoned (a set): a late write of one of
+    /// them holds nothing (see `lock_abandon-5.lua`).
+    pub ghosts: Vec<u8>,
     /// Prefix of the wake-up channels of its waiters' processes (`{t}fl:w:`;
     /// the scripts drop the `{t}` unless the channel is sharded).
     pub channel: Vec<u8>,
@@ -151,6 +154,7 @@ impl LockKeys {
             leases: join(&aux, b"leases"),
             legacy_turn: join(&aux, b"legacy"),
             legacy_next: join(&aux, b"legacy_next"),
+            ghosts: join(&aux, b"ghosts"),
             channel: wake_prefix(&lock),
             lock,
         }
@@ -270,6 +274,7 @@ mod tests {
                 &k.leases,
                 &k.legacy_turn,
                 &k.legacy_next,
+                &k.ghosts,
             ] {
                 assert_eq!(slot_of(aux), s, "{:?}", String::from_utf8_lossy(aux));
             }

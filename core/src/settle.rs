@@ -132,6 +132,21 @@ pub fn pending_settlements() -> usize {
     PENDING.load(Ordering::Acquire)
 }
 
+/// Settlements of the client `client_id` not yet settled (see
+/// [`Client::pending_settlements`](crate::Client::pending_settlements)).
+pub(crate) fn pending_for(client_id: *const ()) -> usize {
+    if PENDING.load(Ordering::Acquire) == 0 {
+        return 0;
+    }
+    let st = state();
+    let queued = st
+        .entries
+        .iter()
+        .filter(|e| e.settlement.client_id() == client_id)
+        .count();
+    queued + usize::from(st.trying == Some(client_id as usize))
+}
+
 /// Waits up to `timeout` until no settlement is pending (see
 /// [`pending_settlements`]); true if none is.
 /// For tests and orderly shutdowns (a CLI worker that wants its lost
@@ -162,6 +177,9 @@ struct State {
     pid: u32,
     entries: Vec<Entry>,
     running: bool,
+    /// The client (its id) of the settlement the keeper is trying, taken
+    /// out of `entries` meanwhile.
+    trying: Option<usize>,
 }
 
 struct Keeper {
@@ -178,6 +196,7 @@ fn keeper() -> &'static Keeper {
                 pid: crate::fork::current_pid(),
                 entries: Vec::new(),
                 running: false,
+                trying: None,
             }),
             wake: Condvar::new(),
         }
@@ -253,12 +272,14 @@ fn run() {
             continue;
         };
         let mut entry = st.entries.swap_remove(index);
+        st.trying = Some(entry.settlement.client_id() as usize);
         drop(st);
         let settled = entry
             .settlement
             .settle(Budget::until(Instant::now() + MAX_BACKOFF * 3))
             .is_ok();
         st = state();
+        st.trying = None;
         if st.pid != pid {
             std::mem::forget(entry);
             return;

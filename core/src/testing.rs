@@ -7,6 +7,10 @@
 //! that `scripts/setup.sh` installs, located through Python). `$REDIS_SERVER`
 //! overrides the binary of either choice.
 
+mod proxy;
+
+pub use self::proxy::Proxy;
+
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};

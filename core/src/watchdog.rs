@@ -79,6 +79,12 @@ impl Lease {
         Duration::from_millis(self.ttl_ms.load(Ordering::Acquire))
     }
 
+    /// Until when the hold is ours for sure: the send time of the last
+    /// confirmed renewal (or extend, or the acquire) plus its TTL.
+    pub(crate) fn valid_until(&self) -> Instant {
+        epoch() + Duration::from_nanos(self.valid_until.load(Ordering::Acquire))
+    }
+
     /// A renewal to `ttl_ms`, sent at `sent`, succeeded.
     fn confirmed(&self, sent: Instant, ttl_ms: u64) {
         self.valid_until.fetch_max(

@@ -288,3 +288,128 @@ fn a_wait_refused_its_wake_up_channel_says_so_at_once() {
         start.elapsed()
     );
 }
+
+/// A server on a free port that answers every read with `reply` (an HTTP
+/// server, or a fake Redis answering with one fixed error).
+fn fake_server(reply: &'static [u8]) -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            thread::spawn(move || {
+                use std::io::{Read, Write};
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = conn.read(&mut buf) {
+                    if n == 0 || conn.write_all(reply).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+/// Issue 26.5: errors that name the problem, the server and the timeout.
+#[test]
+fn errors_name_the_problem_the_server_and_the_timeout() {
+    // A URL pointing at an HTTP server.
+    let port = fake_server(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+    let url = format!("redis://127.0.0.1:{port}/0?timeout=1");
+    let c = Client::new(Config::from_url(&url).unwrap()).unwrap();
+    let l = Lock::new(&c, b"x", LockOptions::default()).unwrap();
+    let start = Instant::now();
+    let err = l.try_acquire().unwrap_err();
+    assert!(err.is_connection(), "{err}");
+    assert!(!err.outcome_unknown(), "nothing ran: {err}");
+    let text = err.to_string();
+    assert!(text.contains("does not speak the Redis protocol"), "{text}");
+    assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
+    assert!(
+        start.elapsed() < Duration::from_millis(900),
+        "fails at once"
+    );
+    // The same with a password (the handshake's AUTH gets the HTTP reply).
+    let url = format!("redis://:secret@127.0.0.1:{port}/0?timeout=1");
+    let c = Client::new(Config::from_url(&url).unwrap()).unwrap();
+    let err = Lock::new(&c, b"x", LockOptions::default())
+        .unwrap()
+        .try_acquire()
+        .unwrap_err();
+    assert!(err.is_connection(), "{err}");
+    assert!(err.to_string().contains("Redis protocol"), "{err}");
+    assert!(!err.to_string().contains("secret"), "{err}");
+
+    // A server still loading its data names itself.
+    let port = fake_server(b"-LOADING Redis is loading the dataset in memory\r\n");
+    let url = format!("redis://127.0.0.1:{port}/0");
+    let c = Client::new(Config::from_url(&url).unwrap()).unwrap();
+    let err = Lock::new(&c, b"x", LockOptions::default())
+        .unwrap()
+        .try_acquire()
+        .unwrap_err();
+    assert!(err.is_connection(), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("loading") && text.contains(&url), "{text}");
+
+    // A stall says which timeout struck, its value, and which server.
+    let server = RedisServer::start();
+    let url = server.url_with("?timeout=0.4&connect_timeout=0.3");
+    let c = Client::new(Config::from_url(&url).unwrap()).unwrap();
+    let l = Lock::new(&c, b"x", LockOptions::default()).unwrap();
+    assert!(!l.locked().unwrap());
+    server.pause();
+    let text = l.locked().unwrap_err().to_string();
+    assert!(
+        text.contains("the command timeout") && text.contains("0.400 s") && text.contains(&url),
+        "{text}"
+    );
+    server.resume();
+    // A connect that gets no answer: a listener whose accept queue is full
+    // (it never accepts) stands for a host that drops SYNs.
+    let (listener, port) = full_listener();
+    let url = format!("redis://127.0.0.1:{port}/0?connect_timeout=0.2");
+    let c = Client::new(Config::from_url(&url).unwrap()).unwrap();
+    let err = Lock::new(&c, b"x", LockOptions::default())
+        .unwrap()
+        .locked()
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("the connect timeout") && text.contains("0.200 s") && text.contains(&url),
+        "{text}"
+    );
+    drop(listener);
+}
+
+/// A loopback listener (backlog 0) whose accept queue is full: connecting
+/// to its port gets no answer. Keep the returned sockets open.
+fn full_listener() -> (Vec<std::net::TcpStream>, u16) {
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain socket calls on a socket this function owns; the fd
+    // is handed to a TcpStream, which closes it.
+    let (fd, port) = unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+        assert!(fd >= 0);
+        let mut addr: libc::sockaddr_in = std::mem::zeroed();
+        addr.sin_family = libc::AF_INET as libc::sa_family_t;
+        addr.sin_addr.s_addr = u32::from_ne_bytes([127, 0, 0, 1]);
+        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        assert_eq!(libc::bind(fd, std::ptr::from_ref(&addr).cast(), len), 0);
+        assert_eq!(libc::listen(fd, 0), 0);
+        let mut got = len;
+        libc::getsockname(fd, std::ptr::from_mut(&mut addr).cast(), &mut got);
+        (fd, u16::from_be(addr.sin_port))
+    };
+    let mut keep = vec![unsafe { std::net::TcpStream::from_raw_fd(fd) }];
+    for _ in 0..4 {
+        if let Ok(s) = std::net::TcpStream::connect_timeout(
+            &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+            Duration::from_millis(50),
+        ) {
+            keep.push(s);
+        }
+    }
+    (keep, port)
+}

@@ -4,7 +4,7 @@
 //! A string is a URL. An array is the legacy `RedisFactory` form
 //! (`host`, `port`, `password`, `database`) plus optional `url`, `username`,
 //! `timeout`, `servers` (Redlock: a list of URLs), `fair`, `auto_renew`,
-//! `prefix` and `lock_prefix`.
+//! `min_replicas`, `prefix` and `lock_prefix`.
 
 use ext_php_rs::exception::{PhpException, PhpResult};
 use ext_php_rs::types::Zval;
@@ -31,6 +31,8 @@ pub struct Settings {
     pub fair: bool,
     /// Renew held locks in the background.
     pub auto_renew: bool,
+    /// Confirm each acquire on this many replicas (`WAIT`).
+    pub min_replicas: u32,
     /// `prefix` key, if given.
     pub prefix: Option<Vec<u8>>,
     /// `lock_prefix` key, if given (queues).
@@ -167,6 +169,16 @@ fn port(key: &str, value: &Zval) -> Result<Option<u16>, String> {
         .ok_or_else(|| bad_value(key, "an integer from 1 to 65535", value, false))
 }
 
+/// `min_replicas`: a replica count, 0 or more (`null`: 0).
+fn replicas(key: &str, value: &Zval) -> Result<u32, String> {
+    if value.is_null() {
+        return Ok(0);
+    }
+    integer(value)
+        .and_then(|n| u32::try_from(n).ok())
+        .ok_or_else(|| bad_value(key, "an integer >= 0 (a replica count)", value, false))
+}
+
 /// `database`: a database number, 0 or more.
 fn database(key: &str, value: &Zval) -> Result<Option<i64>, String> {
     if value.is_null() {
@@ -220,6 +232,7 @@ pub fn read(at: crate::args::At, param: Option<&Zval>, policy: Policy) -> PhpRes
         servers: Vec::new(),
         fair: false,
         auto_renew: false,
+        min_replicas: 0,
         prefix: None,
         lock_prefix: None,
     };
@@ -271,6 +284,7 @@ pub fn read(at: crate::args::At, param: Option<&Zval>, policy: Policy) -> PhpRes
             "tls" | "ssl" => parts.tls = value.coerce_to_bool(),
             "fair" => out.fair = value.coerce_to_bool(),
             "auto_renew" => out.auto_renew = value.coerce_to_bool(),
+            "min_replicas" => set(replicas(key, value).map(|v| out.min_replicas = v))?,
             "prefix" => set(bytes(key, value).map(|v| out.prefix = v))?,
             "lock_prefix" => set(bytes(key, value).map(|v| out.lock_prefix = v))?,
             "servers" => {

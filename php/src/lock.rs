@@ -40,6 +40,7 @@ pub struct RedisLock {
     servers: Vec<Client>,
     fair: bool,
     auto_renew: bool,
+    min_replicas: u32,
     prefix: Vec<u8>,
     /// Locks this object holds (or held: a lost hold stays until unlock).
     held: HashMap<Vec<u8>, Box<dyn DistributedLock>>,
@@ -53,6 +54,7 @@ impl RedisLock {
             servers: s.servers,
             fair: s.fair,
             auto_renew: s.auto_renew,
+            min_replicas: s.min_replicas,
             prefix: s
                 .prefix
                 .unwrap_or_else(|| ferrolock::DEFAULT_LOCK_PREFIX.as_bytes().to_vec()),
@@ -82,6 +84,7 @@ impl RedisLock {
         opts.prefix = self.prefix.clone();
         opts.fair = self.fair;
         opts.auto_renew = self.auto_renew;
+        opts.min_replicas = self.min_replicas;
         opts.recheck = recheck;
         Ok(Box::new(Lock::new(client, name, opts)?))
     }
@@ -166,7 +169,13 @@ impl RedisLock {
             let Some(lock) = settle(self.new_lock(&name, ttl, recheck))? else {
                 return Ok(false);
             };
-            let acquired = lock.acquire(wait, None).map_err(exception)?;
+            // Each lock() takes a new hold object, so the caller identity
+            // (this thread) only matters to the core's check of a hold the
+            // same object retakes; a second lock() of a name this object
+            // holds waits (or fails) as the legacy class did.
+            let acquired = lock
+                .acquire_as(wait, None, Some(ferrolock::caller_thread_id()))
+                .map_err(exception)?;
             if acquired {
                 // A hold of the same name that expired meanwhile is forgotten.
                 self.held.insert(name, lock);

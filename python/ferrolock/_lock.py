@@ -86,11 +86,17 @@ class Lock(_native.Lock, _Forms):
     release. fair: waiters are served in arrival order. url: Redis URL
     (default ``$REDIS_URL`` or ``redis://127.0.0.1:6379/0``). prefix: key
     prefix (default ``Lock:``). min_replicas: after each acquire, wait
-    (``WAIT``, up to 4/5 of the URL's command timeout) until that many replicas
-    have it, else release and raise :class:`LockError`. legacy_interop: give
-    legacy ``SETNX`` pollers (the hand-rolled PHP ``RedisLock``) a turn now and
-    then under sustained contention (``None``, the default: on for the legacy
-    prefix ``Lock:``; see ``docs/migration.md``).
+    (``WAIT``, up to 4/5 of the URL's command timeout or of the time the call
+    has left) until that many replicas have it, else release at once and raise
+    :class:`LockError`; while the master has fewer replicas connected, acquires
+    fail at once with :class:`LockError` naming the count, writing nothing.
+    legacy_interop: give legacy ``SETNX`` pollers (the hand-rolled PHP
+    ``RedisLock``) a turn now and then under sustained contention (``None``,
+    the default: on for the legacy prefix ``Lock:``; see ``docs/migration.md``).
+
+    A thread waiting again for a non-reentrant lock it holds gets
+    :class:`LockError` (it would wait for itself); ``async with`` tasks on one
+    loop are not told apart and wait.
     """
 
     __slots__ = ()

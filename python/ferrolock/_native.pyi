@@ -97,13 +97,33 @@ class _LockBase:
         :class:`Lock` is woken by the holder's release within about a millisecond
         (no polling); a :class:`Redlock` too, through the masters it registered
         on, and re-checks every 250 ms in case a release missed one of them.
+
+        Ends within ``timeout`` plus one command timeout (the URL's
+        ``timeout``), whatever Redis does; a try-once within one command
+        timeout. A wait rides out connection errors (Redis restarting, a
+        failover) until its deadline, then raises :class:`ConnectionError`
+        saying for how long it tried. When a reply is lost and the call gives
+        up, the hold it may have taken is undone once Redis answers again:
+        no lock is left held under a token nobody has.
+
+        A thread that already holds this (non-reentrant) :class:`Lock` gets
+        :class:`LockError` instead of waiting for itself (a try-once answers
+        ``False``); other threads sharing the object wait as usual.
         """
     def release(self) -> None:
         """Release the lock. Raises :class:`LockNotOwnedError` when this object
-        does not hold it (never acquired, expired, or taken over)."""
+        does not hold it (never acquired, expired, taken over, or lost in a
+        failover: the message says when the master changed).
+
+        Renewal stops first, whatever happens next. When Redis does not
+        answer within one command timeout, this object no longer holds the
+        lock (a new ``acquire()`` works at once), the release is completed in
+        the background once Redis answers (the key expires by its TTL at the
+        latest), and :class:`ConnectionError` says so."""
     def extend(self, ttl: float | None = None) -> None:
         """Set the remaining TTL to ``ttl`` seconds (default: the lock's ``ttl``);
-        replaces, does not add. :class:`LockNotOwnedError` if not held."""
+        replaces, does not add. :class:`LockNotOwnedError` if not held. A try
+        whose reply is lost is sent again within one command timeout."""
     def locked(self) -> bool:
         """``True`` when anyone holds the lock (asks Redis)."""
     def owned(self) -> bool:

@@ -139,7 +139,7 @@ pub fn to_py(err: Error) -> PyErr {
         ErrorKind::NotOwned => Exc::NotOwned.err(message),
         ErrorKind::Lost => Exc::Lost.err(message),
         ErrorKind::QueueLocked => Exc::Timeout.err(message),
-        ErrorKind::Quorum => Exc::Lock.err(message),
+        ErrorKind::Quorum | ErrorKind::WouldDeadlock => Exc::Lock.err(message),
         _ => Exc::Ferrolock.err(message),
     }
 }

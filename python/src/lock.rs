@@ -17,6 +17,15 @@ use pyo3::types::PyString;
 use crate::convert::{arg, blocking_undo, bytes_str, client, quick, str_bytes, wait_for};
 use crate::errors::{Exc, IntoPy};
 
+/// Who acquires: `threading.get_ident()` as it is now — the calling OS
+/// thread, or under gevent/eventlet the current greenlet (taken here, before
+/// a greenlet's wait moves to a thread of its own) — so that a caller
+/// re-acquiring a non-reentrant lock it holds gets `LockError` instead of
+/// waiting for itself (the core's `Lock::acquire_as`).
+fn caller(py: Python<'_>) -> PyResult<Option<u64>> {
+    crate::green::caller_id(py).map(Some)
+}
+
 /// What `Lock` and `Redlock` share: every method but the constructor.
 #[pyclass(name = "_LockBase", module = "ferrolock._native", subclass, frozen)]
 pub struct PyLockBase {
@@ -45,20 +54,22 @@ impl PyLockBase {
         String::from_utf8_lossy(self.inner.name()).into_owned()
     }
 
-    /// Acquires, waiting as `wait` says. A lock taken for a greenlet that was
-    /// killed meanwhile is released (see `convert::blocking_undo`).
+    /// Acquires, waiting as `wait` says, on behalf of `caller` (see
+    /// [`caller`]). A lock taken for a greenlet that was killed meanwhile is
+    /// released (see `convert::blocking_undo`).
     fn acquire_wait(
         &self,
         py: Python<'_>,
         cancel: Option<&AtomicBool>,
         wait: Wait,
+        caller: Option<u64>,
     ) -> PyResult<bool> {
         // A greenlet's wait moves to a thread of its own (`green.rs`): try
         // once here first, so the uncontended case costs one round trip, not
         // a thread and two trips through the hub.
         if wait != Wait::Try && cancel.is_none() && crate::green::cooperative_wait(py)?.is_some() {
             let inner = self.inner.clone();
-            if quick(py, move || inner.acquire(Wait::Try, None))? {
+            if quick(py, move || inner.acquire_as(Wait::Try, None, caller))? {
                 return Ok(true);
             }
         }
@@ -66,7 +77,7 @@ impl PyLockBase {
         blocking_undo(
             py,
             cancel,
-            move |hook| inner.acquire(wait, hook),
+            move |hook| inner.acquire_as(wait, hook, caller),
             move |acquired| {
                 if acquired {
                     let _ = taken.release();
@@ -75,10 +86,16 @@ impl PyLockBase {
         )
     }
 
-    /// Waits as the lock's default timeout says; `LockTimeout` if not acquired.
-    fn enter(&self, py: Python<'_>, cancel: Option<&AtomicBool>) -> PyResult<()> {
+    /// Waits as the lock's default timeout says; `LockTimeout` if not
+    /// acquired. `caller`: see [`caller`].
+    fn enter(
+        &self,
+        py: Python<'_>,
+        cancel: Option<&AtomicBool>,
+        caller: Option<u64>,
+    ) -> PyResult<()> {
         let wait = wait_for(true, None, self.timeout)?;
-        let acquired = self.acquire_wait(py, cancel, wait)?;
+        let acquired = self.acquire_wait(py, cancel, wait, caller)?;
         if acquired {
             return Ok(());
         }
@@ -105,7 +122,7 @@ impl PyLockBase {
         #[pyo3(from_py_with = arg::timeout)] timeout: Option<f64>,
     ) -> PyResult<bool> {
         let wait = wait_for(blocking, timeout, self.timeout)?;
-        self.acquire_wait(py, None, wait)
+        self.acquire_wait(py, None, wait, caller(py)?)
     }
 
     /// Release the lock.
@@ -175,7 +192,7 @@ impl PyLockBase {
     }
 
     fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
-        slf.get().enter(slf.py(), None)?;
+        slf.get().enter(slf.py(), None, caller(slf.py())?)?;
         Ok(slf)
     }
 

@@ -343,8 +343,6 @@ def test_redis_py_lock_and_drop_in_exclude_each_other(rc, name):
     theirs.release()
 
 
-@pytest.mark.xfail(strict=True, reason="issue 18.6: a busy attempt gives a key without TTL one "
-                                       "(the legacy orphan rule); fixed on the lockfaults branch")
 def test_a_redis_py_lock_without_timeout_is_not_taken_over(rc, name):
     theirs = rc.lock(name)  # no timeout: no TTL
     assert theirs.acquire(blocking=False)

@@ -158,7 +158,8 @@ ACL_RULES = [
     "+subscribe",
     # ... and run inside the scripts.
     "+time", "+set", "+del", "+pexpire", "+zadd", "+zrem", "+zrange", "+zrangebyscore", "+zscore",
-    "+hget", "+hset", "+hdel", "+publish", "+pubsub|numsub", "+hmget", "+zmscore", "+zcount",
+    "+hget", "+hset", "+hdel", "+publish", "+pubsub|numsub", "+hmget", "+zmscore", "+zcount", "+sadd",
+    "+sismember",
 ]
 
 

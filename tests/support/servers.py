@@ -12,6 +12,7 @@ import functools
 import importlib.util
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -69,6 +70,12 @@ def supports_tls(binary: str = REDIS_SERVER) -> bool:
     return "Failed finding TLS support" not in proc.stdout + proc.stderr
 
 
+def _process_state(pid: int) -> str:
+    """The state letter of process `pid` (`T` when stopped)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -115,6 +122,23 @@ class RedisServer:
     def restart(self) -> None:
         self.stop()
         self.start()
+
+    def pause(self) -> None:
+        """SIGSTOP: the process keeps its sockets and reads or answers nothing
+        until ``resume()`` (a long fork, a swapped-out VM, a debugger). Returns
+        once it is stopped; commands it received meanwhile run on resume."""
+        assert self.proc is not None, "not running"
+        self.proc.send_signal(signal.SIGSTOP)
+        until = time.monotonic() + 5
+        while _process_state(self.proc.pid) not in ("T", "t"):
+            if time.monotonic() > until:
+                raise RuntimeError(f"redis-server {self.proc.pid} did not stop")
+            time.sleep(0.001)
+
+    def resume(self) -> None:
+        """SIGCONT after ``pause()``."""
+        assert self.proc is not None, "not running"
+        self.proc.send_signal(signal.SIGCONT)
 
     def close(self) -> None:
         self.stop()
@@ -187,27 +211,44 @@ def free_port_pair(offset: int = 10000) -> int:
 
 
 class RedisCluster:
-    """A Redis Cluster of `masters` nodes on loopback (no replicas)."""
+    """A Redis Cluster of `masters` nodes on loopback, each with `replicas`
+    replicas (promoted when their master fails)."""
 
-    def __init__(self, masters: int = 3):
+    def __init__(self, masters: int = 3, replicas: int = 0):
         self.nodes = [RedisServer("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                                   "--cluster-node-timeout", "2000", port=free_port_pair())
-                      for _ in range(masters)]
+                      for _ in range(masters * (1 + replicas))]
         subprocess.run([REDIS_CLI, "--cluster", "create", *[f"127.0.0.1:{n.port}" for n in self.nodes],
-                        "--cluster-replicas", "0", "--cluster-yes"], check=True, capture_output=True, timeout=60)
-        until = time.monotonic() + 30
-        while not all(b"cluster_state:ok" in n.cmd("CLUSTER", "INFO") for n in self.nodes):
+                        "--cluster-replicas", str(replicas), "--cluster-yes"], check=True, capture_output=True,
+                       timeout=60)
+        until = time.monotonic() + 60
+        while not all(b"cluster_state:ok" in n.cmd("CLUSTER", "INFO") for n in self.nodes) or \
+                (replicas and not all(b"master_link_status:up" in n.cmd("INFO", "replication")
+                                      for n in self.replicas())):
             if time.monotonic() > until:
                 raise RuntimeError("cluster did not become ready")
             time.sleep(0.1)
+
+    def replicas(self) -> list[RedisServer]:
+        """The nodes that are replicas now."""
+        return [n for n in self.nodes if n.proc is not None and n.cmd("ROLE")[0] == b"slave"]
+
+    def replica_of(self, master: RedisServer) -> RedisServer:
+        """A replica of `master`."""
+        for n in self.replicas():
+            if n.cmd("ROLE")[2] == master.port:
+                return n
+        raise RuntimeError(f"no replica of {master.port}")
 
     @property
     def url(self) -> str:
         return "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
 
     def node_of(self, key: str | bytes) -> RedisServer:
-        slot = self.nodes[0].cmd("CLUSTER", "KEYSLOT", key)
-        for entry in self.nodes[0].cmd("CLUSTER", "SLOTS"):
+        """The master serving `key`, as a running node sees it."""
+        ask = next(n for n in self.nodes if n.proc is not None)
+        slot = ask.cmd("CLUSTER", "KEYSLOT", key)
+        for entry in ask.cmd("CLUSTER", "SLOTS"):
             if entry[0] <= slot <= entry[1]:
                 return next(n for n in self.nodes if n.port == entry[2][1])
         raise RuntimeError(f"no node for slot {slot}")

@@ -11,6 +11,10 @@ use redis::{Cmd, ConnectionInfo, ConnectionLike, RedisResult, Value};
 
 use crate::config::Config;
 
+/// How much longer than asked a socket timeout may stay (see
+/// [`Conn::fit_timeout`]): a call's time may be overrun by this much.
+const TIMEOUT_SLACK: Duration = Duration::from_millis(10);
+
 /// A server's host and port (a cluster node, the Sentinel master).
 pub(crate) type Node = (String, u16);
 
@@ -36,6 +40,11 @@ impl Conn {
         Self { link, timeout }
     }
 
+    /// The read/write timeout its socket has now (the last round trip's).
+    pub(super) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// The connection inside, for what differs by kind (pipelines, a PING
     /// in front of a script).
     pub(crate) fn link(&mut self) -> &mut Link {
@@ -43,9 +52,12 @@ impl Conn {
     }
 
     /// Sets the socket read and write timeouts to `timeout` unless they are
-    /// that already.
+    /// that already, or longer by less than [`TIMEOUT_SLACK`]: a call's
+    /// budget, made just before its round trip, leaves a hair less than the
+    /// command timeout, and setting it exactly would cost two `setsockopt`
+    /// calls on every round trip.
     pub(super) fn fit_timeout(&mut self, timeout: Duration) -> RedisResult<()> {
-        if timeout == self.timeout {
+        if timeout <= self.timeout && self.timeout - timeout < TIMEOUT_SLACK {
             return Ok(());
         }
         match &self.link {
@@ -115,8 +127,16 @@ impl ConnectionLike for Conn {
 }
 
 /// A client for one server, with our socket options and TLS certificates.
+///
+/// Its connections skip `CLIENT SETINFO` (two more replies in the
+/// connection handshake, each of which the redis crate waits for up to the
+/// whole connect timeout when the server does not answer: see [`open`]).
 pub(super) fn single_client(info: &ConnectionInfo, config: &Config) -> RedisResult<redis::Client> {
-    let info = info.clone().set_tcp_settings(tcp_settings());
+    let settings = info.redis_settings().clone().set_skip_set_lib_name();
+    let info = info
+        .clone()
+        .set_redis_settings(settings)
+        .set_tcp_settings(tcp_settings());
     match &config.tls_certs {
         Some(certs) => redis::Client::build_with_tls(info, certs.clone()),
         None => redis::Client::open(info),
@@ -146,23 +166,21 @@ pub(super) fn tcp_settings() -> redis::io::tcp::TcpSettings {
 /// Connects `client` within `connect_timeout`, with the command timeout set
 /// for reads and writes.
 ///
-/// The redis crate gives each reply of its connection handshake (`HELLO`,
-/// `AUTH`, `SELECT`, `CLIENT SETINFO` twice) the whole timeout, so a server
-/// that accepts connections but does not answer (paused, overloaded) would
-/// hold a connect for several times `connect_timeout`: each reply gets its
-/// share instead, and the whole stays within `connect_timeout`.
+/// The redis crate sends its handshake (`HELLO` or `AUTH`, `SELECT`) as one
+/// pipeline and reads each reply with the time left after connecting, even
+/// after one timed out: with two replies, a server that accepts connections
+/// but does not answer (paused, hung) held a connect for twice its timeout.
+/// Each read gets its share of the timeout instead.
 pub(super) fn open(
     client: &redis::Client,
     config: &Config,
     connect_timeout: Duration,
 ) -> RedisResult<redis::Connection> {
-    let redis = client.get_connection_info().redis_settings();
-    let replies = 1
-        + u32::from(redis.protocol().supports_resp3() || redis.password().is_some())
-        + u32::from(redis.db() != 0)
-        + if redis.skip_set_lib_name() { 0 } else { 2 };
-    let share = (connect_timeout / replies).max(Duration::from_millis(1));
-    let conn = client.get_connection_with_timeout(share)?;
+    let s = client.get_connection_info().redis_settings();
+    let replies =
+        u32::from(s.protocol().supports_resp3() || s.password().is_some()) + u32::from(s.db() != 0);
+    let connect_timeout = (connect_timeout / replies.max(1)).max(Duration::from_millis(1));
+    let conn = client.get_connection_with_timeout(connect_timeout)?;
     conn.set_read_timeout(Some(config.command_timeout))?;
     conn.set_write_timeout(Some(config.command_timeout))?;
     Ok(conn)

@@ -17,7 +17,9 @@ mod sentinel;
 pub(crate) mod subscriber;
 mod topology;
 
+use std::cell::Cell;
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, Once};
 use std::time::{Duration, Instant};
 
@@ -27,7 +29,6 @@ use self::conn::{
     Conn, Link, install_crypto_provider, is_failover, is_stale, may_have_run, open, single_client,
 };
 use self::pool::Pool;
-pub(crate) use self::pool::Replay;
 use self::sentinel::{MasterView, Next};
 use self::topology::cluster_client;
 use crate::budget::Budget;
@@ -182,9 +183,38 @@ impl Client {
         self.inner.config.redacted_url()
     }
 
+    /// How many times the Sentinel master was found to have changed (a
+    /// failover) since this client was made; always 0 for other deployments.
+    /// A lock compares the count at acquire and at release to tell a hold
+    /// lost in a failover from one that expired.
+    pub(crate) fn master_moves(&self) -> u64 {
+        self.inner.pool.moves.load(Ordering::Acquire)
+    }
+
     /// The time allowed for one command (subscription replies included).
     pub(crate) fn command_timeout(&self) -> Duration {
         self.inner.config.command_timeout
+    }
+
+    /// What lost replies of this client left open and is still to be put
+    /// right once the server answers (see [`crate::pending_settlements`],
+    /// which counts those of every client).
+    pub fn pending_settlements(&self) -> usize {
+        crate::settle::pending_for(self.pool_id())
+    }
+
+    /// Waits up to `timeout` until this client has no settlement pending
+    /// ([`Client::pending_settlements`]); true if none is. For tests and
+    /// orderly shutdowns.
+    pub fn wait_settled(&self, timeout: Duration) -> bool {
+        let until = Instant::now() + timeout;
+        while self.pending_settlements() > 0 {
+            if Instant::now() >= until {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        true
     }
 
     /// Checks that Redis answers (`PING`).
@@ -227,6 +257,22 @@ impl Client {
         &self,
         budget: Budget,
         context: &str,
+        op: impl FnMut(&mut Conn) -> RedisResult<T>,
+    ) -> Result<T> {
+        self.run_noting(budget, context, &Cell::new(false), op)
+    }
+
+    /// [`Client::run_within`], setting `maybe_ran` when the result comes
+    /// from the retry on a fresh connection after a reused one failed: the
+    /// first try may have run (a connection closed while idle and one that
+    /// died after delivering the command, before the reply, look the same),
+    /// so a caller whose command is not idempotent (a release that the
+    /// retry finds already done) must judge the reply with that in mind.
+    pub(crate) fn run_noting<T>(
+        &self,
+        budget: Budget,
+        context: &str,
+        maybe_ran: &Cell<bool>,
         mut op: impl FnMut(&mut Conn) -> RedisResult<T>,
     ) -> Result<T> {
         if budget.is_spent() {
@@ -240,10 +286,14 @@ impl Client {
                 Ok(v)
             }
             Err(e) if reused && (is_stale(&e) || is_failover(&e)) => {
+                if may_have_run(&e) {
+                    maybe_ran.set(true);
+                }
                 drop(conn);
                 self.forget_topology(&e);
                 let epoch = self.inner.pool.state().epoch;
                 if budget.is_spent() {
+                    self.inner.pool.discard();
                     return Err(self.spent(context));
                 }
                 // The dead connection's place in the pool goes to the new one.
@@ -260,10 +310,10 @@ impl Client {
                         crate::settle::server_answered(self.pool_id());
                         Ok(v)
                     }
-                    Err(e) => Err(self.failed(fresh, epoch, e, context)),
+                    Err(e) => Err(self.failed(fresh, epoch, e, context, false)),
                 }
             }
-            Err(e) => Err(self.failed(conn, epoch, e, context)),
+            Err(e) => Err(self.failed(conn, epoch, e, context, reused)),
         }
     }
 
@@ -292,10 +342,36 @@ impl Client {
         )
     }
 
-    fn failed(&self, conn: Conn, epoch: u64, e: redis::RedisError, context: &str) -> Error {
+    /// The error of a round trip on `conn` (taken from the pool when
+    /// `reused`) that failed with `e`.
+    fn failed(
+        &self,
+        conn: Conn,
+        epoch: u64,
+        e: redis::RedisError,
+        context: &str,
+        reused: bool,
+    ) -> Error {
+        if !reused && e.kind() == redis::ErrorKind::Parse {
+            // The first reply of a new connection is not RESP: the peer is
+            // not a Redis server (an HTTP server, a proxy's error page, a
+            // TLS port spoken to in plain text), so nothing ran.
+            return Error::new(
+                ErrorKind::Connection,
+                format!(
+                    "{context}: connection error: the server at {} does not speak the Redis \
+                     protocol (its reply could not be read as one: {}); is the URL's host \
+                     and port those of a Redis server, and its scheme (redis:// or \
+                     rediss://) right?",
+                    self.redacted_url(),
+                    e.to_string().lines().next().unwrap_or_default()
+                ),
+            );
+        }
         // A server error reply leaves the connection usable; anything else
         // (I/O, timeout, protocol) leaves it in an unknown state.
         let unknown = may_have_run(&e);
+        let waited = conn.timeout();
         if e.is_io_error() || e.is_timeout() || e.is_unrecoverable_error() || is_failover(&e) {
             drop(conn);
             self.inner.pool.discard();
@@ -303,7 +379,22 @@ impl Client {
         } else {
             self.inner.pool.put(conn, epoch);
         }
-        let err = Error::from_redis(context, e);
+        let url = self.redacted_url();
+        let err = if e.is_timeout() {
+            // Which server, and which timeout struck.
+            Error::with_source(
+                ErrorKind::Timeout,
+                format!(
+                    "{context}: timed out: no reply from {url} within {}",
+                    which_timeout(waited, self.inner.config.command_timeout, "command")
+                ),
+                e,
+            )
+        } else if crate::error::is_transient_redis(&e) {
+            Error::from_redis(&format!("{context}: {url}"), e)
+        } else {
+            Error::from_redis(context, e)
+        };
         if unknown {
             err.with_outcome_unknown()
         } else {
@@ -360,7 +451,20 @@ impl Client {
             Backend::Cluster(client) => client.get_connection().map(|c| Link::Cluster(Box::new(c))),
         };
         link.map(|link| Conn::new(link, cfg.command_timeout))
-            .map_err(|e| Error::from_redis(ctx, e))
+            .map_err(|e| {
+                if e.is_timeout() {
+                    Error::with_source(
+                        ErrorKind::Timeout,
+                        format!(
+                            "{ctx}: timed out: no connection within {}",
+                            which_timeout(connect_timeout, cfg.connect_timeout, "connect")
+                        ),
+                        e,
+                    )
+                } else {
+                    Error::from_redis(ctx, e)
+                }
+            })
     }
 
     /// Sentinel: the client of the current master, asking the sentinels when
@@ -399,33 +503,100 @@ impl Client {
         let mut idle = pool.state();
         let view = idle.sentinel.as_mut().ok_or_else(no_view)?;
         let (client, moved) = view.settle(lookup.hand_back(), &asking, found, cfg.redacted_url());
-        let mut replays = Vec::new();
         if moved {
             // Failover: every pooled connection points at the old master,
             // and the releases it confirmed lately may be lost with it.
             idle.invalidate();
-            replays = idle.take_replays();
-        }
-        drop(idle);
-        for replay in replays {
-            crate::settle::defer(replay);
+            pool.moves.fetch_add(1, Ordering::AcqRel);
+            let replays = std::mem::take(&mut idle.replays);
+            drop(idle);
+            self.replay(replays);
         }
         client
     }
+}
 
-    /// Sentinel: remembers how to send a release again (`replay`) until
-    /// `until`, in case the master that confirmed it is replaced before
-    /// its replica had it (an asynchronous replica lags; a switch-over
-    /// loses its last writes). After a master change each such release is
-    /// sent again to the new master (it is idempotent: a token no longer
-    /// holding the key is left alone), so a lock the old master freed is
-    /// not held there by a token nobody has until its TTL runs out.
-    /// Nothing is kept for other deployments.
-    /// (`replay` is only called for a Sentinel deployment.)
-    pub(crate) fn note_release(&self, until: Instant, replay: impl FnOnce() -> Replay) {
-        if matches!(self.inner.backend, Backend::Sentinel) {
-            let replay = replay();
-            self.inner.pool.state().keep_replay(until, replay);
+/// `waited` and the `kind` timeout (`limit`) it came from, for messages:
+/// `0.500 s (the command timeout)`, or, when the call's time left cut it
+/// short, `0.120 s (the command timeout of 0.500 s, cut to the time the call
+/// had left)`.
+fn which_timeout(waited: Duration, limit: Duration, kind: &str) -> String {
+    if waited + Duration::from_millis(5) < limit {
+        format!(
+            "{:.3} s (the {kind} timeout of {:.3} s, cut to the time the call had left)",
+            waited.as_secs_f64(),
+            limit.as_secs_f64()
+        )
+    } else {
+        format!("{:.3} s (the {kind} timeout)", limit.as_secs_f64())
+    }
+}
+
+/// Sentinel: releases made up to this long ago are run again on a new
+/// master (see [`Client::note_release`]): the client goes on with the master
+/// it knows for up to [`sentinel::MASTER_RECHECK`] after the sentinels
+/// switched (and a command timeout more while it asks them), while the old
+/// master may still take writes that the new one never sees.
+fn replay_window(command_timeout: Duration) -> Duration {
+    sentinel::MASTER_RECHECK * 2 + command_timeout
+}
+
+/// At most this many releases are kept for replay (the oldest go first).
+const MAX_REPLAYS: usize = 4096;
+
+impl Client {
+    /// Sentinel: a release of a lock just succeeded; keep it (as the
+    /// settlement `make` builds, a token-checked release) for a while, so
+    /// that if the master turns out to have changed meanwhile, it runs again
+    /// on the new one. A release that reached the old master after the
+    /// promotion is lost with the old master's writes, and would leave the
+    /// hold on the new master until its TTL (a stall after every graceful
+    /// switch-over, issue 27.4). Running it again is harmless: it only ever
+    /// frees a key that still holds its token. Nothing is kept for other
+    /// deployments.
+    ///
+    /// `since`: [`Client::master_moves`] before the release was sent. A
+    /// master change seen while it was in flight has already handed the
+    /// kept releases to the keeper, so this one goes to the keeper at once
+    /// (it may have run on the old master after the promotion).
+    pub(crate) fn note_release(
+        &self,
+        since: u64,
+        make: impl FnOnce() -> Box<dyn crate::settle::Settlement>,
+    ) {
+        if !matches!(self.inner.backend, Backend::Sentinel) {
+            return;
+        }
+        let now = Instant::now();
+        let window = replay_window(self.inner.config.command_timeout);
+        let settlement = make();
+        let mut idle = self.inner.pool.state();
+        // (`moves` changes, and the kept releases are taken, under this lock.)
+        if self.master_moves() != since {
+            drop(idle);
+            crate::settle::defer(settlement);
+            return;
+        }
+        while idle.replays.front().is_some_and(|(at, _)| {
+            now.duration_since(*at) > window || idle.replays.len() >= MAX_REPLAYS
+        }) {
+            idle.replays.pop_front();
+        }
+        idle.replays.push_back((now, settlement));
+    }
+
+    /// After a failover: hands the releases of the last moments to the
+    /// keeper, which runs them on the new master.
+    fn replay(
+        &self,
+        replays: std::collections::VecDeque<(Instant, Box<dyn crate::settle::Settlement>)>,
+    ) {
+        let window = replay_window(self.inner.config.command_timeout);
+        let now = Instant::now();
+        for (at, settlement) in replays {
+            if now.duration_since(at) <= window {
+                crate::settle::defer(settlement);
+            }
         }
     }
 }

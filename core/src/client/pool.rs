@@ -25,18 +25,22 @@
 //! [`MIN_IDLE`] most recently used: when the pool is next used, and every
 //! second from the hub's reader while it runs (no thread of its own).
 
+use std::collections::VecDeque;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use redis::ConnectionLike;
 
 use super::conn::Conn;
+use super::replicas::Replicas;
 use super::sentinel::{Asking, LookupError, MasterView, Resolver};
 use super::topology::SlotCache;
 use crate::budget::Budget;
 use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
 use crate::fork::current_pid;
+use crate::settle::Settlement;
 use crate::sync::LockUnpoisoned;
 use crate::wait::hub::Hub;
 
@@ -50,13 +54,6 @@ pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 /// worker's next request reuses them).
 const MIN_IDLE: usize = 2;
 
-/// The settlement that sends a release again (see `Client::note_release`).
-pub(crate) type Replay = Box<dyn crate::settle::Settlement>;
-
-/// Releases kept for replay after a master change, at most this many (the
-/// oldest go first).
-const MAX_REPLAYS: usize = 1024;
-
 /// The pool of one client.
 pub(super) struct Pool {
     idle: Mutex<Idle>,
@@ -64,6 +61,9 @@ pub(super) struct Pool {
     looked_up: Condvar,
     /// Signalled, with `idle`, when a connection comes back or closes.
     freed: Condvar,
+    /// Sentinel: how many times the master was found to have changed (a
+    /// failover), readable without the mutex.
+    pub moves: AtomicU64,
 }
 
 /// Pool state, valid for the process `pid` only.
@@ -75,14 +75,17 @@ pub(super) struct Idle {
     open: usize,
     /// The wait hub of this client in this process.
     pub hub: Option<Arc<Hub>>,
-    /// Sentinel: releases to send again after a master change, until when.
-    replays: std::collections::VecDeque<(Instant, Replay)>,
     /// Cluster: the slot map last fetched.
     pub slots: SlotCache,
     /// See the module documentation.
     pub epoch: u64,
     /// Sentinel: what this pool knows of the master.
     pub sentinel: Option<MasterView>,
+    /// The master's replica count, as last read (`min_replicas`).
+    pub replicas: Option<Replicas>,
+    /// Sentinel: releases made lately, to run again on a new master (see
+    /// `Client::note_release`), oldest first.
+    pub replays: VecDeque<(Instant, Box<dyn Settlement>)>,
 }
 
 impl Idle {
@@ -91,30 +94,8 @@ impl Idle {
     pub(super) fn invalidate(&mut self) {
         self.epoch += 1;
         self.open -= self.conns.len();
+        self.replicas = None;
         self.conns.clear();
-    }
-
-    /// Keeps a release to send again after a master change, until `until`.
-    pub(super) fn keep_replay(&mut self, until: Instant, replay: Replay) {
-        let now = Instant::now();
-        while self.replays.front().is_some_and(|(u, _)| *u <= now)
-            || self.replays.len() >= MAX_REPLAYS
-        {
-            self.replays.pop_front();
-        }
-        self.replays.push_back((until, replay));
-    }
-
-    /// The releases to send again now (the master changed), the latest
-    /// first: the writes a switch-over loses are the last ones.
-    pub(super) fn take_replays(&mut self) -> Vec<Replay> {
-        let now = Instant::now();
-        std::mem::take(&mut self.replays)
-            .into_iter()
-            .rev()
-            .filter(|(until, _)| *until > now)
-            .map(|(_, r)| r)
-            .collect()
     }
 
     /// Closes the connections idle for longer than [`IDLE_TIMEOUT`], beyond
@@ -142,13 +123,15 @@ impl Pool {
                 conns: Vec::new(),
                 open: 0,
                 hub: None,
-                replays: std::collections::VecDeque::new(),
                 slots: SlotCache::default(),
                 epoch: 0,
                 sentinel,
+                replicas: None,
+                replays: VecDeque::new(),
             }),
             looked_up: Condvar::new(),
             freed: Condvar::new(),
+            moves: AtomicU64::new(0),
         });
         let mut pools = POOLS.lock_unpoisoned();
         pools.retain(|p| p.strong_count() > 0);
@@ -171,6 +154,7 @@ impl Pool {
                 view.forget_after_fork();
             }
             idle.slots.clear();
+            idle.replicas = None;
             idle.pid = pid;
         }
         idle
@@ -204,7 +188,7 @@ impl Pool {
                     return Err(Error::new(
                         ErrorKind::Timeout,
                         format!(
-                            "{context}: timed out: all {MAX_OPEN} connections of the pool stayed                              busy for the whole call"
+                            "{context}: timed out: all {MAX_OPEN} connections of the pool stayed busy for the whole call"
                         ),
                     ));
                 }

@@ -51,7 +51,7 @@ use crate::error::{Error, ErrorKind, Result};
 /// asked again. After a failover the old master keeps accepting writes until
 /// the sentinels demote it (seconds); re-asking bounds how long we could
 /// keep writing there.
-const MASTER_RECHECK: Duration = Duration::from_secs(1);
+pub(super) const MASTER_RECHECK: Duration = Duration::from_secs(1);
 
 /// The longest the known Sentinel master is trusted without confirmation
 /// while no sentinel answers (a lookup costs their timeouts).

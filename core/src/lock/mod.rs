@@ -24,7 +24,7 @@ use crate::budget::Budget;
 use crate::client::Client;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::{DEFAULT_LOCK_PREFIX, LockKeys};
-use crate::scripts::{Call, LOCK_ACQUIRE, LOCK_EXTEND, LOCK_LEAVE, LOCK_RELEASE};
+use crate::scripts::{Call, LOCK_ABANDON, LOCK_ACQUIRE, LOCK_EXTEND, LOCK_LEAVE, LOCK_RELEASE};
 use crate::settle::Settlement;
 use crate::wait::{self, Interrupt, Wait};
 
@@ -52,7 +52,10 @@ pub struct LockOptions {
     /// come much sooner, by notification).
     pub recheck: Duration,
     /// Confirm each acquire on this many replicas (`WAIT`) before reporting
-    /// success; 0 disables. See the README's deployment notes.
+    /// success; 0 disables. While the master has fewer replicas connected,
+    /// acquires fail at once ([`ErrorKind::Quorum`]) without writing; a
+    /// `WAIT` that falls short is undone at once. See the README's
+    /// deployment notes.
     pub min_replicas: u32,
     /// Share the lock fairly with legacy clients that poll with `SETNX`
     /// (the hand-rolled PHP `RedisLock`): under sustained contention a
@@ -100,6 +103,20 @@ impl Default for LockOptions {
 pub trait DistributedLock: Send + Sync {
     /// Takes the lock, waiting as `wait` allows; `Ok(false)` when the wait ran out.
     fn acquire(&self, wait: Wait, interrupt: Option<Interrupt<'_>>) -> Result<bool>;
+    /// [`DistributedLock::acquire`] on behalf of `caller` (a thread or
+    /// greenlet id; `None`: unknown), so that a caller re-acquiring a
+    /// non-reentrant lock it holds fails instead of waiting for itself (see
+    /// [`Lock::acquire_as`](single::Lock::acquire_as)). By default the
+    /// caller is not told apart.
+    fn acquire_as(
+        &self,
+        wait: Wait,
+        interrupt: Option<Interrupt<'_>>,
+        caller: Option<u64>,
+    ) -> Result<bool> {
+        let _ = caller;
+        self.acquire(wait, interrupt)
+    }
     /// Releases it; [`ErrorKind::NotOwned`] when not held by this object.
     fn release(&self) -> Result<()>;
     /// Sets the remaining TTL (default: the lock's ttl).
@@ -121,7 +138,7 @@ pub trait DistributedLock: Send + Sync {
     fn ttl(&self) -> Duration;
 }
 
-/// Outcome of one acquire attempt: the reply of `lock_acquire-4.lua`.
+/// Outcome of one acquire attempt: the reply of `lock_acquire-5.lua`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Tried {
     /// Taken, with this fencing token.
@@ -146,12 +163,12 @@ impl redis::FromRedisValue for Tried {
     }
 }
 
-/// One run of the acquire script (`lock_acquire-4.lua`) for `token`;
+/// One run of the acquire script (`lock_acquire-5.lua`) for `token`;
 /// `waiter` registers it as that waiter while the lock is busy ('' = not).
 /// `legacy_turn`: it respects legacy pollers' turns (`legacy.rs`).
 /// An attempt of a non-fair lock that does neither (a `Lock`'s first
 /// attempt, Redlock's attempts before they listen) uses the script's short
-/// form, two keys and four arguments fewer.
+/// form, three keys and four arguments fewer.
 pub(crate) fn acquire_call(
     k: &LockKeys,
     token: &str,
@@ -167,10 +184,32 @@ pub(crate) fn acquire_call(
             .arg(token)
             .arg(ttl_ms);
     }
+    full_acquire_call(k, token, ttl_ms, waiter, fair, lease_ms, legacy_turn)
+}
+
+/// The acquire script's full form (see [`acquire_call`]), which also clears
+/// a ghost holder and waits behind older waiters of a fair lock; `waiter`
+/// '' does not register; `legacy_turn`: it respects legacy pollers' turns.
+pub(crate) fn full_acquire_call(
+    k: &LockKeys,
+    token: &str,
+    ttl_ms: u64,
+    waiter: &str,
+    fair: bool,
+    lease_ms: u64,
+    legacy_turn: bool,
+) -> Call {
     let keys: &[&[u8]] = if legacy_turn {
-        &[&k.lock, &k.fence, &k.waiters, &k.leases, &k.legacy_turn]
+        &[
+            &k.lock,
+            &k.fence,
+            &k.waiters,
+            &k.leases,
+            &k.ghosts,
+            &k.legacy_turn,
+        ]
     } else {
-        &[&k.lock, &k.fence, &k.waiters, &k.leases]
+        &[&k.lock, &k.fence, &k.waiters, &k.leases, &k.ghosts]
     };
     LOCK_ACQUIRE
         .call(keys)
@@ -235,52 +274,74 @@ pub(crate) fn leave_call(
         .arg(&k.channel)
 }
 
-/// A token given up by its caller (its wait timed out without the server
-/// answering, was interrupted, or an attempt's reply was lost): whatever
-/// it holds or may still be handed is given back. One run of the leave
-/// script with `give_back`: it drops the waiter registration `waiter` (if
-/// any) and, if the key holds the token, releases it, handing the lock to
-/// the next waiter. Idempotent; nothing is left to do once `horizon` has
-/// passed (the registration's lease and then the hold's TTL have run out).
+/// The script that undoes an acquire with `token` its caller gave up on
+/// (`lock_abandon-5.lua`): the token's waiter registration (`member`, or
+/// any, when `None`) is removed, its hold released (handed on), and the
+/// token recorded as a ghost for `ghost_ttl_ms`.
+pub(crate) fn abandon_call(
+    k: &LockKeys,
+    token: &str,
+    member: Option<&str>,
+    ghost_ttl_ms: u64,
+) -> Call {
+    LOCK_ABANDON
+        .call(&[&k.lock, &k.fence, &k.waiters, &k.leases, &k.ghosts])
+        .arg(token)
+        .arg(member.unwrap_or(""))
+        .arg(&k.channel)
+        .arg(ghost_ttl_ms)
+}
+
+/// How long the ghost of an abandoned token is remembered beyond the hold's
+/// TTL, and how long past the TTL its abandonment is retried: a write of the
+/// token still buffered by a paused server, or delayed in the network, runs
+/// when it runs.
+pub(crate) const GHOST_GRACE: Duration = Duration::from_secs(60);
+
+/// An acquire its caller gave up on, while one of its round trips had an
+/// unknown outcome (its reply lost: it may have taken the lock) or a grant
+/// reached a waiter that had left: settled by `lock_abandon-5.lua`, so the
+/// token holds nothing and waits nowhere, and a late write of it is cleared
+/// by the next contender (see [`crate::settle`]).
 pub(crate) struct Abandon {
     client: Client,
     keys: LockKeys,
-    label: String,
     token: String,
-    waiter: String,
-    ttl_ms: u64,
+    member: Option<String>,
+    ttl: Duration,
     horizon: Instant,
+    label: String,
 }
 
 impl Abandon {
-    /// The abandonment of `token` (registered as `waiter`, if given), which
-    /// can matter for `within` from now.
+    /// The abandonment of `token`'s acquire of the lock `keys` (whose holds
+    /// live `ttl`); `member`: its waiter registration, if known.
     pub(crate) fn new(
         client: &Client,
         keys: &LockKeys,
-        label: &str,
         token: &str,
-        waiter: Option<&str>,
-        ttl_ms: u64,
-        within: Duration,
+        member: Option<String>,
+        ttl: Duration,
+        label: &str,
     ) -> Self {
         Self {
             client: client.clone(),
             keys: keys.clone(),
-            label: label.to_owned(),
             token: token.to_owned(),
-            waiter: waiter.unwrap_or_default().to_owned(),
-            ttl_ms,
-            horizon: Instant::now() + within,
+            member,
+            ttl,
+            horizon: Instant::now() + ttl + GHOST_GRACE,
+            label: label.to_owned(),
         }
     }
 }
 
 impl Settlement for Abandon {
     fn settle(&self, budget: Budget) -> Result<()> {
-        let call = leave_call(&self.keys, &self.waiter, &self.token, self.ttl_ms, true);
+        let ghost_ttl = crate::validate::millis(self.ttl + GHOST_GRACE);
+        let call = abandon_call(&self.keys, &self.token, self.member.as_deref(), ghost_ttl);
         self.client
-            .run_within(budget, &self.label, |c| call.query::<Vec<i64>>(c))
+            .run_within(budget, &self.label, |c| call.query::<i64>(c))
             .map(drop)
     }
 

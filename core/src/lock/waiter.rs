@@ -2,17 +2,53 @@
 //! that [`wait::wait_loop`] drives, and the same acquire run step by step
 //! for event loops ([`AcquireSteps`]).
 
+use std::cell::Cell;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::single::Lock;
-use super::{Abandon, Tried, acquire_call, leave_call, legacy};
+use super::{Abandon, Tried, full_acquire_call, leave_call, legacy};
 use crate::budget::Budget;
 use crate::client::Client;
+use crate::client::conn::Conn;
 use crate::error::Result;
 use crate::keys::{LockKeys, new_token};
 use crate::settle::Settlement;
 use crate::wait::{self, Attempt, Leaving, Step, Ticket, Wait, Waiter};
+
+/// What the round trips of one acquire leave for the lock to know.
+#[derive(Default)]
+pub(super) struct Trail {
+    /// A round trip failed after sending (its outcome is unknown): the token
+    /// may hold the lock although the acquire did not learn it.
+    pub unsure: Cell<bool>,
+    /// When the last attempt that got a reply was sent: a hold granted
+    /// after it (by a hand-over message) was written after that instant.
+    pub sent: Cell<Option<Instant>>,
+}
+
+impl Trail {
+    /// Runs `op` on a connection of `client` within `budget` (see
+    /// [`Client::run_noting`]), noting when it was sent (if it got a reply)
+    /// or that its outcome is unknown (or that a try before the one that
+    /// answered may have run).
+    pub(super) fn run<T>(
+        &self,
+        client: &Client,
+        budget: Budget,
+        context: &str,
+        op: impl FnMut(&mut Conn) -> redis::RedisResult<T>,
+    ) -> Result<T> {
+        let sent = Instant::now();
+        let result = client.run_noting(budget, context, &self.unsure, op);
+        match &result {
+            Ok(_) => self.sent.set(Some(sent)),
+            Err(e) if e.outcome_unknown() => self.unsure.set(true),
+            Err(_) => {}
+        }
+        result
+    }
+}
 
 /// One acquire with `token` of the lock whose keys are `keys`.
 pub(super) struct LockWaiter<'a> {
@@ -28,17 +64,20 @@ pub(super) struct LockWaiter<'a> {
     pub lease_ms: u64,
     /// Legacy interop is on: attempts respect legacy pollers' turns.
     pub legacy: bool,
+    /// The acquire call's time: no round trip goes past it.
+    pub budget: Budget,
+    pub trail: &'a Trail,
 }
 
 impl LockWaiter<'_> {
-    /// One run of the acquire script, registering as `waiter` while the
-    /// lock is busy (`""`: not). With legacy interop on, a waiting attempt
-    /// (and any attempt while this process knows of a turn) respects legacy
-    /// pollers' turns.
+    /// One run of the acquire script's full form, registering as `waiter`
+    /// while the lock is busy (`""`: not). With legacy interop on, a
+    /// waiting attempt (and any attempt while this process knows of a turn)
+    /// respects legacy pollers' turns.
     pub(super) fn attempt_as(&self, waiter: &str) -> Result<Tried> {
         let k = self.keys;
         let turn = self.legacy && (!waiter.is_empty() || legacy::is_open(&k.lock));
-        acquire_call(
+        let call = full_acquire_call(
             k,
             self.token,
             self.ttl_ms,
@@ -46,8 +85,9 @@ impl LockWaiter<'_> {
             self.fair,
             self.lease_ms,
             turn,
-        )
-        .run(self.client, self.label)
+        );
+        self.trail
+            .run(self.client, self.budget, self.label, |c| call.query(c))
     }
 }
 
@@ -69,10 +109,17 @@ impl wait::Waiting for LockWaiter<'_> {
     fn leave(&self, waiter: &str, how: Leaving, budget: Budget) -> Result<Option<i64>> {
         let give_back = matches!(how, Leaving::Abandoned);
         let call = leave_call(self.keys, waiter, self.token, self.ttl_ms, give_back);
-        let budget = budget.min(self.client.one_call());
+        // Not noted as sent: a hold it finds was granted before it ran,
+        // after the last attempt (which the hold's validity counts from).
+        let budget = budget.min(self.budget);
         let reply: Vec<i64> = self
             .client
-            .run_within(budget, self.label, |c| call.query(c))?;
+            .run_noting(budget, self.label, &self.trail.unsure, |c| call.query(c))
+            .inspect_err(|e| {
+                if e.outcome_unknown() {
+                    self.trail.unsure.set(true);
+                }
+            })?;
         Ok(match reply.as_slice() {
             [1, fence] => Some(*fence),
             _ => None,
@@ -82,15 +129,14 @@ impl wait::Waiting for LockWaiter<'_> {
     /// Gives back what the token may hold (a hand-over to the waiter, an
     /// attempt whose reply was lost) and drops the registration.
     fn abandon(&self, waiter: &str) -> Option<Box<dyn Settlement>> {
-        let until = Duration::from_millis(self.lease_ms + self.ttl_ms);
+        let member = format!("{waiter}|{}|{}", self.ttl_ms, self.token);
         Some(Box::new(Abandon::new(
             self.client,
             self.keys,
-            self.label,
             self.token,
-            Some(waiter),
-            self.ttl_ms,
-            until,
+            Some(member),
+            Duration::from_millis(self.ttl_ms),
+            self.label,
         )))
     }
 }
@@ -137,7 +183,11 @@ impl wait::Waiting for LockWaiter<'_> {
 pub struct AcquireSteps {
     lock: Arc<Lock>,
     wait: Wait,
+    deadline: Option<Instant>,
+    budget: Budget,
     token: String,
+    /// The round trips' trail until the wait starts (then the waiter's).
+    trail: Trail,
     waiter: Option<Waiter<OwnedWaiter>>,
     done: bool,
 }
@@ -152,17 +202,25 @@ impl std::fmt::Debug for AcquireSteps {
     }
 }
 
-/// The attempts of a stepped acquire, owning their lock.
+/// The attempts of a stepped acquire, owning their lock and trail.
 struct OwnedWaiter {
     lock: Arc<Lock>,
     token: String,
+    budget: Budget,
+    trail: Trail,
+}
+
+impl OwnedWaiter {
+    fn waiter(&self) -> LockWaiter<'_> {
+        self.lock.waiter(&self.token, self.budget, &self.trail)
+    }
 }
 
 impl wait::Waiting for OwnedWaiter {
     type Output = i64;
 
     fn attempt(&self, waiter: &str) -> Result<Attempt<i64>> {
-        self.lock.waiter(&self.token).attempt(waiter)
+        self.waiter().attempt(waiter)
     }
 
     fn granted(&self, fence: i64) -> Option<i64> {
@@ -170,22 +228,28 @@ impl wait::Waiting for OwnedWaiter {
     }
 
     fn leave(&self, waiter: &str, how: Leaving, budget: Budget) -> Result<Option<i64>> {
-        self.lock.waiter(&self.token).leave(waiter, how, budget)
+        self.waiter().leave(waiter, how, budget)
     }
 
     fn abandon(&self, waiter: &str) -> Option<Box<dyn Settlement>> {
-        self.lock.waiter(&self.token).abandon(waiter)
+        self.waiter().abandon(waiter)
     }
 }
 
 impl Lock {
     /// The acquire of `lock` as [`AcquireSteps`] (nothing is sent before
-    /// the first step).
+    /// the first step). It is made on behalf of no particular caller (as
+    /// [`Lock::acquire_as`] with `None`: an event loop's tasks share a
+    /// thread).
     pub fn acquire_steps(lock: &Arc<Lock>, wait: Wait) -> AcquireSteps {
+        let deadline = wait.deadline();
         AcquireSteps {
             lock: lock.clone(),
             wait,
+            deadline,
+            budget: lock.budget_of(wait, deadline),
             token: new_token(),
+            trail: Trail::default(),
             waiter: None,
             done: false,
         }
@@ -204,20 +268,12 @@ impl AcquireSteps {
         let Some(waiter) = self.waiter.as_mut() else {
             return self.first_step();
         };
-        match waiter.step() {
-            Ok(Step::Wait(at)) => Ok(Step::Wait(at)),
-            Ok(Step::Done(fence)) => {
-                self.done = true;
-                match fence {
-                    Some(f) => self.finish(Some(f), true),
-                    None => Ok(Step::Done(Some(false))),
-                }
-            }
-            Err(e) => {
-                self.done = true;
-                Err(e)
-            }
-        }
+        let taken = match waiter.step() {
+            Ok(Step::Wait(at)) => return Ok(Step::Wait(at)),
+            Ok(Step::Done(fence)) => Ok(fence.map(|f| (Some(f), true))),
+            Err(e) => Err(e),
+        };
+        self.conclude(taken)
     }
 
     /// The ticket events arrive on, once the acquire waits (`None` before).
@@ -229,10 +285,26 @@ impl AcquireSteps {
     /// meanwhile, within one command timeout (what the server does not
     /// confirm is settled once it answers).
     pub fn cancel(&mut self) -> Result<()> {
+        if self.done {
+            return Ok(());
+        }
         self.done = true;
-        match self.waiter.as_mut() {
-            Some(w) => w.cancel(),
-            None => Ok(()),
+        if let Some(w) = self.waiter.as_mut() {
+            w.cancel()?;
+        }
+        if self.trail().unsure.get() {
+            // An attempt's reply was lost: the token may hold the lock.
+            let budget = self.lock.wait_parts().0.one_call().min(self.budget);
+            let _ = self.lock.abandon(&self.token, budget);
+        }
+        Ok(())
+    }
+
+    /// The trail of the acquire's round trips.
+    fn trail(&self) -> &Trail {
+        match &self.waiter {
+            Some(w) => &w.waiting().trail,
+            None => &self.trail,
         }
     }
 
@@ -240,34 +312,43 @@ impl AcquireSteps {
     /// [`Lock::acquire`] makes it.
     fn first_step(&mut self) -> Result<Step<bool>> {
         let lock = self.lock.clone();
-        if lock.reenter() {
-            self.done = true;
-            return Ok(Step::Done(Some(true)));
-        }
-        let first = match lock.first_attempt(&self.token, self.wait) {
-            Err(e) if self.wait != Wait::Try && e.is_transient() => None,
-            first => first.inspect_err(|_| self.done = true)?,
-        };
+        let first = lock.reenter(self.wait, None).and_then(|done| match done {
+            Some(done) => Ok(Some(done)),
+            None => lock.precheck(self.budget).map(|()| None),
+        });
         match first {
-            Some(fence) => {
+            Ok(Some(done)) => {
                 self.done = true;
-                self.finish(fence, false)
+                return Ok(Step::Done(Some(done)));
             }
-            None if self.wait == Wait::Try => {
+            Ok(None) => {}
+            Err(e) => {
                 self.done = true;
-                Ok(Step::Done(Some(false)))
+                return Err(e);
             }
-            None => {
+        }
+        match lock.take_first(
+            &self.token,
+            self.wait,
+            self.deadline,
+            self.budget,
+            &self.trail,
+        ) {
+            Ok(Some(taken)) => self.conclude(Ok(taken)),
+            Err(e) => self.conclude(Err(e)),
+            Ok(None) => {
                 let (client, keys, label) = lock.wait_parts();
                 let owned = OwnedWaiter {
                     lock: lock.clone(),
                     token: self.token.clone(),
+                    budget: self.budget,
+                    trail: std::mem::take(&mut self.trail),
                 };
                 let recheck = lock.options().recheck;
                 self.waiter = Some(Waiter::new(
                     client,
                     &keys.lock,
-                    self.wait.deadline(),
+                    self.deadline,
                     recheck,
                     label,
                     owned,
@@ -277,10 +358,12 @@ impl AcquireSteps {
         }
     }
 
-    fn finish(&mut self, fence: Option<i64>, waited: bool) -> Result<Step<bool>> {
+    /// The acquire ended with `taken` (see [`Lock::conclude`]).
+    fn conclude(&mut self, taken: Result<Option<(Option<i64>, bool)>>) -> Result<Step<bool>> {
+        self.done = true;
         let token = std::mem::take(&mut self.token);
-        self.lock
-            .take_hold(token, fence, waited)
+        let lock = self.lock.clone();
+        lock.conclude(token, taken, self.budget, self.trail(), None)
             .map(|held| Step::Done(Some(held)))
     }
 }

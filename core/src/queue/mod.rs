@@ -329,18 +329,20 @@ impl Queue {
         if want == 0 {
             return Ok(());
         }
-        let have = self.client.connected_replicas(want, &self.label)?;
-        if have < want {
-            return Err(Error::new(
+        match self
+            .client
+            .connected_replicas(want, self.client.one_call(), &self.label)?
+        {
+            Some(have) if have < want => Err(Error::new(
                 ErrorKind::Quorum,
                 format!(
                     "{}: the master has {have} connected replicas, fewer than min_replicas \
                      ({want}): nothing was {what}",
                     self.label
                 ),
-            ));
+            )),
+            _ => Ok(()),
         }
-        Ok(())
     }
 
     /// With `min_replicas`, after a write on `c` (when `wrote`): `WAIT` for

@@ -28,7 +28,8 @@ macro_rules! lua {
     };
 }
 
-pub(crate) static LOCK_ACQUIRE: LazyLock<LuaScript> = lua!("lock_acquire-4.lua");
+pub(crate) static LOCK_ACQUIRE: LazyLock<LuaScript> = lua!("lock_acquire-5.lua");
+pub(crate) static LOCK_ABANDON: LazyLock<LuaScript> = lua!("lock_abandon-5.lua");
 pub(crate) static LOCK_RELEASE: LazyLock<LuaScript> = lua!("lock_release-4.lua");
 pub(crate) static LOCK_EXTEND: LazyLock<LuaScript> = lua!("lock_extend-2.lua");
 pub(crate) static LOCK_FENCE: LazyLock<LuaScript> = lua!("lock_fence-1.lua");
@@ -109,9 +110,12 @@ impl Call {
         &self,
         con: &mut redis::Connection,
     ) -> RedisResult<T> {
-        let mut pipe = redis::pipe();
-        pipe.cmd("PING").ignore().add_command(self.cmd.clone());
-        let run = |con: &mut redis::Connection| pipe.query::<(T,)>(con).map(|(v,)| v);
+        let ping = redis::cmd("PING");
+        let run = |con: &mut redis::Connection| -> RedisResult<T> {
+            let mut replies = pipelined(con, [&ping, &self.cmd])?;
+            let reply = replies.pop().unwrap_or(redis::Value::Nil);
+            Ok(redis::from_redis_value(reply)?)
+        };
         match run(con) {
             Err(e) if is_noscript(&e) => {
                 self.script.script.load(con)?;
@@ -126,6 +130,35 @@ fn is_noscript(e: &redis::RedisError) -> bool {
     e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
 }
 
+/// Sends `cmds` in one write and reads their replies, in order; the first
+/// server error among them is the result.
+///
+/// Not the redis crate's pipeline: after a reply that cannot be read (a
+/// read timeout) it goes on reading the next, each read waiting up to the
+/// socket timeout again, so a pipeline of n commands to a server that stopped
+/// answering took n times the call's time. Here the first failed read ends
+/// it (the connection is then dropped by the client).
+fn pipelined<'a>(
+    con: &mut redis::Connection,
+    cmds: impl IntoIterator<Item = &'a Cmd>,
+) -> RedisResult<Vec<redis::Value>> {
+    let mut packed = Vec::new();
+    let mut count = 0;
+    for cmd in cmds {
+        cmd.write_packed_command(&mut packed);
+        count += 1;
+    }
+    con.send_packed_command(&packed)?;
+    let mut replies = Vec::with_capacity(count);
+    for _ in 0..count {
+        replies.push(con.recv_response()?);
+    }
+    replies
+        .into_iter()
+        .map(redis::Value::extract_error)
+        .collect()
+}
+
 /// Runs many calls in one round trip (a pipeline; on a cluster, one pipeline
 /// per node), returning one reply per call, in order. A NOSCRIPT anywhere
 /// loads the scripts and runs the batch once more (the scripts are idempotent
@@ -133,13 +166,7 @@ fn is_noscript(e: &redis::RedisError) -> bool {
 pub(crate) fn query_batch(conn: &mut Conn, calls: &[Call]) -> RedisResult<Vec<redis::Value>> {
     let run = |conn: &mut Conn| -> RedisResult<Vec<redis::Value>> {
         match conn.link() {
-            Link::Single(c) => {
-                let mut pipe = redis::pipe();
-                for call in calls {
-                    pipe.add_command(call.cmd.clone());
-                }
-                pipe.query(c)
-            }
+            Link::Single(c) => pipelined(c, calls.iter().map(|call| &call.cmd)),
             Link::Cluster(c) => {
                 let mut pipe = redis::cluster::cluster_pipe();
                 for call in calls {
@@ -245,7 +272,7 @@ mod tests {
         let assembled = Path::new(env!("OUT_DIR")).join("scripts");
         for (name, slow_only) in [
             (
-                "lock_acquire-4.lua",
+                "lock_acquire-5.lua",
                 &["grant_next", "register_waiter", "heal_orphan"][..],
             ),
             (

@@ -36,18 +36,44 @@ local function now_s()
   return tonumber(text), text
 end
 
--- A key without expiry where only expiring keys are expected is an orphan left
--- by a legacy client that crashed between SETNX and EXPIRE. Legacy clients
--- steal such keys; we only give them the expiry they should have had, so that
--- they free themselves without ever letting two owners in.
--- Returns the key's PTTL after healing (-2 when it does not exist).
-local function heal_orphan(key, ttl_ms)
-  local pttl = redis.call('PTTL', key)
-  if pttl == -1 then
-    redis.call('PEXPIRE', key, digits(ttl_ms))
-    return ttl_ms
+-- The expiry a legacy PHP `RedisLock` wrote as the value of its key
+-- (`(string)$expireAt`: a float unix time such as "1763700000.1235"), in
+-- seconds; nil for any other value. A plausible time only (2001 to 2286):
+-- a token of another library that happens to be all digits is no legacy
+-- value.
+local function legacy_expiry(value)
+  if not value or not (string.match(value, '^%d+$') or string.match(value, '^%d+%.%d+$')) then
+    return nil
   end
-  return pttl
+  local at = tonumber(value)
+  if at and at >= 1000000000 and at < 10000000000 then return at end
+  return nil
+end
+
+-- A key without expiry where only expiring keys are expected. If it is
+-- provably a legacy orphan (its value is the legacy class's own expiry
+-- time: a legacy client crashed between SETNX and EXPIRE), it gets the
+-- expiry it should have had (the time left to the expiry it names), or is
+-- deleted when that time has passed; it is never taken over, so two owners
+-- are never let in. Any other key without expiry is someone else's lock
+-- (redis-py's and python-redis-lock's have no TTL by default): it is left
+-- alone, and waited for.
+-- Returns the key's PTTL after healing: >= 0 while held, -2 when it does not
+-- exist (or was an expired orphan, now deleted), -1 for another library's
+-- lock without expiry.
+local function heal_orphan(key)
+  local pttl = redis.call('PTTL', key)
+  if pttl ~= -1 then return pttl end
+  local at = legacy_expiry(redis.call('GET', key))
+  if not at then return -1 end
+  local t = redis.call('TIME')
+  local left = math.floor((at - tonumber(t[1])) * 1000 - tonumber(t[2]) / 1000)
+  if left <= 0 then
+    redis.call('DEL', key)
+    return -2
+  end
+  redis.call('PEXPIRE', key, digits(left))
+  return left
 end
 
 -- Waiters: `waiters` orders them by arrival (score = µs), `leases` holds the
@@ -246,10 +272,13 @@ end
 
 -- Legacy PHP clients hold `Lock:Queue:<name>` around their multi-step queue
 -- operations. Returns its PTTL when held (our caller then waits), nil when free.
+-- Another library's key without expiry on that name is waited for, re-checked
+-- at the legacy poll interval (100 ms).
 local function legacy_queue_lock(key, check)
   if check ~= '1' then return nil end
-  local pttl = heal_orphan(key, 15000)
+  local pttl = heal_orphan(key)
   if pttl == -2 then return nil end
+  if pttl == -1 then return 100 end
   return pttl
 end
 

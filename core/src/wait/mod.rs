@@ -53,7 +53,7 @@
 //! blocking form ([`wait_loop`]) waits on the ticket's condition variable in
 //! 50 ms slices (for the interrupt hook); an event loop runs each step on an
 //! executor and waits on the ticket's callback instead, so the semantics
-//! stay here. [`AcquireSteps`](crate::lock::steps::AcquireSteps) is the
+//! stay here. [`AcquireSteps`](crate::AcquireSteps) is the
 //! public form for a lock.
 //!
 //! # The rooms
@@ -336,6 +336,11 @@ impl<W: Waiting> Waiter<W> {
     /// The ticket events arrive on: wait on it between steps.
     pub(crate) fn ticket(&self) -> &Ticket {
         &self.ticket
+    }
+
+    /// What waits (the lock's or queue's side of the wait).
+    pub(crate) fn waiting(&self) -> &W {
+        &self.w
     }
 
     /// One step: takes the ticket's event, then makes at most one attempt

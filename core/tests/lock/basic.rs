@@ -138,22 +138,100 @@ fn reentrant_locks_touch_redis_on_first_acquire_and_last_release_only() {
     assert!(l.locked().unwrap(), "still held after 2 of 3 releases");
     l.release().unwrap();
     assert!(!l.locked().unwrap());
-    // A non-reentrant lock does not nest.
-    let n = Lock::new(&c, b"y", lock_opts("nonreentrant")).unwrap();
-    assert!(n.try_acquire().unwrap());
-    assert!(!n.try_acquire().unwrap());
 }
 
+/// A non-reentrant lock does not nest: the thread that holds it gets an
+/// error instead of waiting for itself (forever, with a watchdog renewing
+/// the hold), while another thread sharing the object waits as usual.
+#[test]
+fn a_non_reentrant_lock_acquired_again_by_its_holder_fails_at_once() {
+    let c = client();
+    let mut opts = lock_opts("nonreentrant");
+    opts.auto_renew = true;
+    let n = Arc::new(Lock::new(&c, b"y", opts).unwrap());
+    assert!(n.try_acquire().unwrap());
+    assert!(!n.try_acquire().unwrap(), "a try-once finds it busy");
+    for wait in [Wait::For(Duration::from_secs(60)), Wait::Forever] {
+        let err = n.acquire(wait, None).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::WouldDeadlock, "{err}");
+        assert!(err.to_string().contains("reentrant"), "{err}");
+    }
+    let other = Arc::clone(&n);
+    let waited = thread::spawn(move || {
+        other
+            .acquire(Wait::For(Duration::from_millis(300)), None)
+            .unwrap()
+    });
+    assert!(
+        !waited.join().unwrap(),
+        "another thread waits, and times out"
+    );
+    // Another caller identity (a greenlet, say) on this thread waits too.
+    let as_other = n
+        .acquire_as(Wait::For(Duration::from_millis(100)), None, Some(u64::MAX))
+        .unwrap();
+    assert!(!as_other);
+    assert!(n.owned().unwrap());
+    n.release().unwrap();
+    assert!(n.try_acquire().unwrap(), "free again for its holder");
+    n.release().unwrap();
+}
+
+/// A key without TTL is healed only when it is provably a legacy orphan: its
+/// value is the legacy class's own expiry time (`(string)$expireAt`). It
+/// gets the time left to that expiry, or is freed when that has passed.
 #[test]
 fn orphaned_legacy_lock_without_ttl_is_healed_not_stolen() {
     let c = client();
     let mut opts = lock_opts("orphan");
     opts.ttl = Duration::from_millis(300);
     let l = Lock::new(&c, b"x", opts).unwrap();
-    // A legacy client did SETNX and crashed before EXPIRE.
-    let _: () = raw().set(l.key(), "1700000000").unwrap();
+    let mut r = raw();
+    let (now, _): (i64, i64) = redis::cmd("TIME").query(&mut r).unwrap();
+    // A legacy client did SETNX with expire = 2 s and crashed before EXPIRE.
+    let _: () = r.set(l.key(), format!("{}.4375", now + 2)).unwrap();
     assert!(!l.try_acquire().unwrap(), "never steals");
-    let pttl: i64 = redis::cmd("PTTL").arg(l.key()).query(&mut raw()).unwrap();
-    assert!(pttl > 0, "given an expiry: {pttl}");
+    let pttl: i64 = redis::cmd("PTTL").arg(l.key()).query(&mut r).unwrap();
+    assert!(
+        pttl > 0 && pttl <= 3_000,
+        "given the expiry it named: {pttl}"
+    );
     assert!(l.acquire(Wait::For(Duration::from_secs(5)), None).unwrap());
+    l.release().unwrap();
+    // One whose expiry has passed (it crashed long ago) is freed and taken.
+    let _: () = r.set(l.key(), "1700000000").unwrap();
+    assert!(l.try_acquire().unwrap());
+    l.release().unwrap();
+}
+
+/// Another library's lock on the same key (redis-py's and
+/// python-redis-lock's have no TTL by default) is waited for, never given a
+/// TTL, never taken.
+#[test]
+fn another_librarys_lock_without_ttl_is_waited_for() {
+    let c = client();
+    let mut opts = lock_opts("foreign");
+    opts.ttl = Duration::from_millis(300);
+    let l = Lock::new(&c, b"x", opts).unwrap();
+    let mut r = raw();
+    for value in [
+        "b9a1f0c2d3e44f5a8b7c6d5e4f3a2b1c",
+        "1",
+        "12345678901234567890",
+        "1.5e9",
+    ] {
+        let _: () = r.set(l.key(), value).unwrap();
+        assert!(!l.try_acquire().unwrap(), "{value}");
+        assert!(
+            !l.acquire(Wait::For(Duration::from_millis(200)), None)
+                .unwrap()
+        );
+        let pttl: i64 = redis::cmd("PTTL").arg(l.key()).query(&mut r).unwrap();
+        assert_eq!(pttl, -1, "{value}: no TTL given");
+        let kept: String = r.get(l.key()).unwrap();
+        assert_eq!(kept, value);
+    }
+    let _: () = r.del(l.key()).unwrap();
+    assert!(l.try_acquire().unwrap());
+    l.release().unwrap();
 }

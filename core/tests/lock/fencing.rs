@@ -100,7 +100,7 @@ fn fencing_token_is_drawn_on_first_read_while_held() {
 fn an_acquire_that_finds_the_lock_its_own_draws_a_new_token() {
     let script = redis::Script::new(include_str!(concat!(
         env!("OUT_DIR"),
-        "/scripts/lock_acquire-4.lua"
+        "/scripts/lock_acquire-5.lua"
     )));
     let prefix = String::from_utf8_lossy(&lock_opts("own-again").prefix).into_owned();
     let (key, fence) = (format!("{{t}}{prefix}x"), format!("{{t}}{prefix}x:fence"));
@@ -134,7 +134,7 @@ fn an_acquire_that_finds_the_lock_its_own_draws_a_new_token() {
 /// as they do, takes the lock and issues its token with GET and SET instead.
 #[test]
 fn fencing_works_where_set_has_no_get_option() {
-    let built = include_str!(concat!(env!("OUT_DIR"), "/scripts/lock_acquire-4.lua"));
+    let built = include_str!(concat!(env!("OUT_DIR"), "/scripts/lock_acquire-5.lua"));
     let as_redis_6_0 = r#"
 local function refused(args) return args[1] == 'SET' and args[#args] == 'GET' end
 local redis = setmetatable({

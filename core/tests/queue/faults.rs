@@ -315,8 +315,10 @@ fn a_worker_loop_under_cut_replies_handles_every_task_once() {
     proxy.set(PASS);
     assert!(ferrolock::wait_settled(Duration::from_secs(10)));
     assert!(proxy.cuts.load(Ordering::Relaxed) > 3, "replies were cut");
-    // (The loop's waits ride out most cut replies themselves, so how many
-    // reached the log varies: none, at times.)
+    // Most cut replies are settled inside the call (the take is sent again
+    // with its request id and answered from the record, or the wait rides
+    // the fault out); those that are not reach the loop's log, never the
+    // caller: how many did varies (none, at times).
     let _ = troubles.load(Ordering::Relaxed);
     seen.sort();
     let mut unique = seen.clone();

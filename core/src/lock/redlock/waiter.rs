@@ -164,16 +164,14 @@ impl Waiter {
             let Some(sub) = sub else { continue };
             let departed = match (&members[i], &left[i]) {
                 (Some(member), Err(_)) => {
-                    let within = lease + Duration::from_millis(ttl_ms);
                     let abandon = || {
                         Box::new(Abandon::new(
                             client,
                             keys,
-                            label,
                             token,
-                            Some(member),
-                            ttl_ms,
-                            within,
+                            Some(format!("{member}|{ttl_ms}|{token}")),
+                            Duration::from_millis(ttl_ms),
+                            label,
                         ))
                     };
                     if !held {
