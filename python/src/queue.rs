@@ -183,7 +183,12 @@ impl PyTask {
 
     /// Acknowledge: done with this task.
     fn ack(&self, py: Python<'_>) -> PyResult<bool> {
-        blocking(py, None, self.ack_job())
+        let job = self.ack_job();
+        match self.origin {
+            // One round trip: not worth a thread under gevent.
+            Origin::Reserved => quick(py, move || job(None)),
+            _ => blocking(py, None, job),
+        }
     }
 
     /// Give the task back, due after `delay` seconds (reserved: after its
@@ -204,7 +209,8 @@ impl PyTask {
         py: Python<'_>,
         #[pyo3(from_py_with = arg::opt_visibility)] visibility: Option<f64>,
     ) -> PyResult<bool> {
-        blocking(py, None, self.touch_job(visibility)?)
+        let job = self.touch_job(visibility)?;
+        quick(py, move || job(None))
     }
 
     fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
