@@ -116,7 +116,7 @@ dist: ## sdist + abi3 manylinux_2_17 wheels (x86_64; aarch64 if its Rust std is 
 TEST_SERVERS ?= redis valkey
 
 .PHONY: test
-test: setup lint php python ## Lint, then run every test (Rust, Python, PHP, cross-language) against real Redis and Valkey servers
+test: setup lint docs php python ## Lint, build the docs, then run every test (Rust, Python, PHP, cross-language, docs examples) against real Redis and Valkey servers
 	@failed=""; for s in $(TEST_SERVERS); do \
 	  echo "== make test: Rust suite against $$s =="; \
 	  FERROLOCK_TEST_SERVER=$$s cargo test -p ferrolock || failed="$$failed $$s/rust"; \
@@ -138,6 +138,13 @@ lint: ## cargo fmt --check, clippy -D warnings, ruff, php -l
 	$(PYTHON) -m ruff check python tests bench scripts
 	php -n -l php/ferrolock.stubs.php
 	@for f in $$(find tests php/bridge -name '*.php' | sort); do php -n -l $$f >/dev/null || exit 1; done
+
+# The documentation site (mkdocs.yml). --strict turns every warning into a failure: a broken
+# link or anchor, a page missing from the nav, a link to a repository file that is gone. The
+# examples on the pages are run by the tests (tests/docs/), not here.
+.PHONY: docs
+docs: ## Build the docs site with mkdocs build --strict (broken links and missing pages fail) -> target/site/
+	NO_MKDOCS_2_WARNING=1 $(PYTHON) -m mkdocs build --strict
 
 .PHONY: stubs
 stubs: php python ## Check the Python and PHP stubs against the built modules (mypy.stubtest, PHP reflection)

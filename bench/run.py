@@ -40,10 +40,11 @@ asyncio      one task's acquire+release cycles per second (share of the
 
 Every section runs `--runs` rounds (cases take turns inside a round, so a
 noisy minute hits them all alike) and reports medians. A full run writes
-bench/results/results.md (one table: the README's), results.json, results.png
-(the README's chart), details.md (every table: docs/benchmarks.md's) and the
-raw measurements of every run to bench/results/runs/<date>-<server>.json, and
-refreshes the marked blocks of README.md and docs/benchmarks.md from them
+bench/results/results.md (the headline table; the README shows a few of its
+rows), results.json, results.png (the README's chart), details.md (every
+table) and the raw measurements of every run to
+bench/results/runs/<date>-<server>.json, and refreshes the marked blocks of
+README.md and docs/benchmarks.md from them
 (Valkey: results-valkey.*, docs only). A partial run (`--only`) prints its
 tables and keeps its raw data in bench/results/runs/partial-*.json (ignored
 by git).
@@ -1148,6 +1149,51 @@ def headline(res: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def readme_table(res: dict) -> str:
+    """The README's short table: a few headline rows (lock throughput, contention,
+    lost updates, wake-up, queue drain and pops), without targets; the full
+    `headline` table is in docs/benchmarks.md."""
+    sec = res["sections"]
+
+    def has(name: str) -> bool:
+        return name in sec and "summary" in sec[name]
+
+    def others(items: dict[str, Any], fmt: Callable[[Any], str]) -> str:
+        return ", ".join(f"{n} {fmt(x)}" for n, x in items.items() if not n.startswith("ferrolock"))
+
+    rows: list[tuple[str, str, str, str]] = []
+    if has("uncontended"):
+        u = sec["uncontended"]["summary"]["locks"]
+        rows.append(("acquire+release, share of the round-trip limit", f2(u["ferrolock (Python)"]["share"]),
+                     f2(u["ferrolock (PHP)"]["share"]), others(u, lambda x: f2(x["share"]))))
+    if has("contention"):
+        c = sec["contention"]["summary"]
+        rows.append(("8 processes contending: efficiency vs one process",
+                     f2(c["ferrolock (Python)"]["relative_efficiency"]),
+                     f2(c["ferrolock (PHP)"]["relative_efficiency"]),
+                     others(c, lambda x: f2(x["relative_efficiency"]))))
+        rows.append(("… lost updates of a counter",
+                     str(c["ferrolock (Python)"]["lost"] + c["ferrolock fair (Python)"]["lost"]),
+                     str(c["ferrolock (PHP)"]["lost"] + c["ferrolock fair (PHP)"]["lost"]),
+                     others(c, lambda x: str(x["lost"]))))
+    if has("wakeup"):
+        w = sec["wakeup"]["summary"]["wakeup"]
+        rows.append(("release → waiter wake-up, p50 ms", f"{w['ferrolock']['p50_ms']:.3f}", "",
+                     others(w, lambda x: f"{x['p50_ms']:.3f}")))
+    if has("drain"):
+        d = sec["drain"]["summary"]
+        rows.append(("queue worker loop, 1 consumer, jobs/s", f"{d['ferrolock reserve+ack']['jobs_per_s_1']:,.0f}", "",
+                     others(d, lambda x: f"{x['jobs_per_s_1']:,.0f}")))
+    if has("queue"):
+        q = sec["queue"]["summary"]
+        rows.append(("queue pops/s, 4 PHP consumers", "", f"{q['pop_ferrolock_4']['pops_per_s']:,.0f}",
+                     f"legacy PHP {q['pop_legacy_4']['pops_per_s']:,.0f}"))
+    lines = [f"Measured {describe(res['meta'])}.", "",
+             "| measure | ferrolock (Python) | ferrolock (PHP) | others, same run |", "|---|---:|---:|---|"]
+    lines += [f"| {' | '.join(r)} |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
 def details(res: dict) -> str:
     """Every table of the run: docs/benchmarks.md's raw numbers."""
     sec = res["sections"]
@@ -1419,8 +1465,9 @@ def main() -> int:
 
 def write_results(res: dict, out: Path) -> None:
     """results{,-valkey}.{md,json,png} and details{,-valkey}.md from a full
-    run, and (into bench/results only) the marked blocks of README.md (Redis)
-    and docs/benchmarks.md."""
+    run, and (into bench/results only) the marked blocks of README.md (Redis:
+    `readme_table`, a few headline rows) and docs/benchmarks.md (`headline`
+    and `details`)."""
     server = res["meta"]["server"]["kind"]
     suffix = "" if server == "redis" else f"-{server}"
     table, more = headline(res), details(res)
@@ -1431,7 +1478,8 @@ def write_results(res: dict, out: Path) -> None:
     chart(res, out / f"results{suffix}.png")
     if out.resolve() == RESULTS:
         if server == "redis":
-            replace_block(ROOT / "README.md", "bench:results", table)
+            replace_block(ROOT / "README.md", "bench:results", readme_table(res))
+        replace_block(ROOT / "docs" / "benchmarks.md", f"bench:headline:{server}", table)
         replace_block(ROOT / "docs" / "benchmarks.md", f"bench:details:{server}", more)
     log(f"\nwrote {out}/results{suffix}.{{md,json,png}}, details{suffix}.md")
 

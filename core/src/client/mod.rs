@@ -19,7 +19,7 @@ mod topology;
 
 use std::cell::Cell;
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Once};
 use std::time::{Duration, Instant};
 
@@ -57,6 +57,9 @@ struct Inner {
     config: Config,
     backend: Backend,
     pool: Arc<Pool>,
+    /// The [`CONNECTS`] number of the last connection this client opened
+    /// (0: none yet).
+    last_connect: AtomicU64,
 }
 
 enum Backend {
@@ -64,6 +67,10 @@ enum Backend {
     Sentinel,
     Cluster(redis::cluster::ClusterClient),
 }
+
+/// Connections opened by every client of this process, numbered in order
+/// (see [`Client::last_connect`]).
+static CONNECTS: AtomicU64 = AtomicU64::new(0);
 
 /// The process-wide clients of [`Client::shared`], by URL.
 static REGISTRY: Mutex<Option<HashMap<String, Client>>> = Mutex::new(None);
@@ -133,6 +140,7 @@ impl Client {
                 config,
                 backend,
                 pool: Pool::new(sentinel),
+                last_connect: AtomicU64::new(0),
             }),
         })
     }
@@ -189,6 +197,16 @@ impl Client {
     /// lost in a failover from one that expired.
     pub(crate) fn master_moves(&self) -> u64 {
         self.inner.pool.moves.load(Ordering::Acquire)
+    }
+
+    /// The number (a process-wide sequence, in the order connections were
+    /// opened by any client) of the last command connection this client
+    /// opened; 0 if none. A server that restarted closed every connection to
+    /// it, so whatever ran there since ran on a connection numbered higher
+    /// than any opened before the restart: Redlock checks the server's
+    /// identity (`INFO server`) only when this moved past its last check.
+    pub(crate) fn last_connect(&self) -> u64 {
+        self.inner.last_connect.load(Ordering::Acquire)
     }
 
     /// The time allowed for one command (subscription replies included).
@@ -450,7 +468,8 @@ impl Client {
             }
             Backend::Cluster(client) => client.get_connection().map(|c| Link::Cluster(Box::new(c))),
         };
-        link.map(|link| Conn::new(link, cfg.command_timeout))
+        let conn = link
+            .map(|link| Conn::new(link, cfg.command_timeout))
             .map_err(|e| {
                 if e.is_timeout() {
                     Error::with_source(
@@ -464,7 +483,10 @@ impl Client {
                 } else {
                     Error::from_redis(ctx, e)
                 }
-            })
+            })?;
+        let number = CONNECTS.fetch_add(1, Ordering::AcqRel) + 1;
+        self.inner.last_connect.fetch_max(number, Ordering::AcqRel);
+        Ok(conn)
     }
 
     /// Sentinel: the client of the current master, asking the sentinels when

@@ -54,8 +54,7 @@ pub struct LockOptions {
     /// Confirm each acquire on this many replicas (`WAIT`) before reporting
     /// success; 0 disables. While the master has fewer replicas connected,
     /// acquires fail at once ([`ErrorKind::Quorum`]) without writing; a
-    /// `WAIT` that falls short is undone at once. See the README's
-    /// deployment notes.
+    /// `WAIT` that falls short is undone at once. See docs/deployment.md.
     pub min_replicas: u32,
     /// Share the lock fairly with legacy clients that poll with `SETNX`
     /// (the hand-rolled PHP `RedisLock`): under sustained contention a
@@ -361,6 +360,44 @@ impl Settlement for Abandon {
 /// A release or extend refused: `label` is not held by this owner (`why`).
 pub(crate) fn not_owned(label: &str, why: &str) -> Error {
     Error::new(ErrorKind::NotOwned, format!("{label}: not owned: {why}"))
+}
+
+/// A release whose reply was lost (or that could not be sent in time; on
+/// Redlock, one per master that did not answer): the token is released once
+/// the server answers (compare-and-delete, handing the lock to the next waiter), or
+/// found no longer holding the lock. Either way the token holds nothing
+/// afterwards. Dropped once the hold would have expired anyway.
+pub(crate) struct ReleaseHold {
+    pub(crate) client: Client,
+    pub(crate) keys: LockKeys,
+    pub(crate) token: String,
+    pub(crate) horizon: Instant,
+    pub(crate) label: String,
+}
+
+impl Settlement for ReleaseHold {
+    fn settle(&self, budget: Budget) -> Result<()> {
+        let call = release_call(&self.keys, &self.token);
+        self.client
+            .run_within(budget, &self.label, |c| call.query::<i64>(c))
+            .map(drop)
+    }
+
+    fn horizon(&self) -> Instant {
+        self.horizon
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "release of {} on {}",
+            self.label,
+            self.client.redacted_url()
+        )
+    }
+
+    fn client_id(&self) -> *const () {
+        self.client.pool_id()
+    }
 }
 
 #[cfg(test)]

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use super::fence::{self, Fence};
 use super::waiter::{LockWaiter, Trail};
 use super::{
-    Abandon, DistributedLock, LockOptions, Tried, acquire_call, extend_call, legacy, not_owned,
-    release_call, release_call_with_turns,
+    Abandon, DistributedLock, LockOptions, ReleaseHold, Tried, acquire_call, extend_call, legacy,
+    not_owned, release_call, release_call_with_turns,
 };
 use crate::budget::Budget;
 use crate::client::Client;
@@ -17,7 +17,7 @@ use crate::client::conn::Link;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::{LockKeys, label, new_token};
 use crate::scripts::Call;
-use crate::settle::{self, Settlement};
+use crate::settle;
 use crate::sync::LockUnpoisoned;
 use crate::validate;
 use crate::wait::{self, Interrupt, Wait, WaitSpec};
@@ -1104,38 +1104,5 @@ struct RenewHold {
 impl Renew for RenewHold {
     fn call(&self, ttl_ms: u64) -> Call {
         extend_call(&self.keys, &self.token, ttl_ms)
-    }
-}
-
-/// A release whose reply was lost: the token is released once the server
-/// answers (compare-and-delete, handing the lock to the next waiter), or
-/// found no longer holding the lock. Either way the token holds nothing
-/// afterwards. Dropped once the hold would have expired anyway.
-struct ReleaseHold {
-    client: Client,
-    keys: LockKeys,
-    token: String,
-    horizon: Instant,
-    label: String,
-}
-
-impl Settlement for ReleaseHold {
-    fn settle(&self, budget: Budget) -> Result<()> {
-        let call = release_call(&self.keys, &self.token);
-        self.client
-            .run_within(budget, &self.label, |c| call.query::<i64>(c))
-            .map(drop)
-    }
-
-    fn horizon(&self) -> Instant {
-        self.horizon
-    }
-
-    fn describe(&self) -> String {
-        format!("release of {}", self.label)
-    }
-
-    fn client_id(&self) -> *const () {
-        self.client.pool_id()
     }
 }

@@ -5,8 +5,11 @@
 //! both, each setting once), read here; bad values are `\ValueError`s, wrong
 //! types `\TypeError`s, failures the `Ferrolock\…Exception`s (`errors.rs`).
 
+mod enqueue;
 pub mod lock;
+mod params;
 pub mod queue;
+pub mod task;
 
 use ext_php_rs::exception::{PhpException, PhpResult};
 use ext_php_rs::types::Zval;
@@ -26,6 +29,8 @@ pub enum Value {
     Bytes(Vec<u8>),
     /// `int`.
     Int(i64),
+    /// `?int` where null is a value of its own (`maxAttempts`: unlimited).
+    IntOrNull(Option<i64>),
     /// `string|array` (a connection).
     Zval(Zval),
 }
@@ -41,6 +46,9 @@ pub enum Kind {
     Bytes,
     /// `int`.
     Int,
+    /// `?int` where null is a value of its own, not "not set"
+    /// (`maxAttempts`: null is unlimited).
+    IntOrNull,
     /// `string|array`: a URL or a connection array.
     Connection,
 }
@@ -106,6 +114,9 @@ impl Settings {
                 )));
             }
             if value.is_null() {
+                if let Kind::IntOrNull = kind {
+                    self.values[i] = Some(Value::IntOrNull(None));
+                }
                 continue; // null: not set, as for the arguments
             }
             let wrong = |expected: &str| {
@@ -119,12 +130,19 @@ impl Settings {
                 Kind::Number => Value::Number(number_of(value).map_err(|_| wrong("int|float"))?),
                 Kind::Bool => Value::Bool(bool_of(value).map_err(|_| wrong("bool"))?),
                 Kind::Bytes => Value::Bytes(scalar_bytes(value).ok_or_else(|| wrong("string"))?),
-                Kind::Int => {
-                    let n = number_of(value).map_err(|_| wrong("int"))?;
+                Kind::Int | Kind::IntOrNull => {
+                    let expected = match kind {
+                        Kind::Int => "int",
+                        _ => "?int",
+                    };
+                    let n = number_of(value).map_err(|_| wrong(expected))?;
                     if n.fract() != 0.0 || !n.is_finite() {
-                        return Err(wrong("int"));
+                        return Err(wrong(expected));
                     }
-                    Value::Int(n as i64)
+                    match kind {
+                        Kind::Int => Value::Int(n as i64),
+                        _ => Value::IntOrNull(Some(n as i64)),
+                    }
                 }
                 Kind::Connection => {
                     if !(value.is_string() || value.is_array()) {
@@ -169,6 +187,14 @@ impl Settings {
     pub fn int(&mut self, name: &str) -> Option<i64> {
         match self.take(name) {
             Some(Value::Int(v)) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The `?int` given for `name`: `Some(None)` for null.
+    pub fn int_or_null(&mut self, name: &str) -> Option<Option<i64>> {
+        match self.take(name) {
+            Some(Value::IntOrNull(v)) => Some(v),
             _ => None,
         }
     }

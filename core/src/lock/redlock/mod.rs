@@ -1,22 +1,51 @@
 //! Redlock: one lock over N independent Redis masters.
 //!
 //! Each attempt sends the same acquire script (same token) to every master in
-//! parallel. It succeeds when at least N/2+1 masters said yes *and* the
-//! validity left — `ttl − elapsed (monotonic) − drift`, where drift is 1 % of
-//! the ttl plus 2 ms — is positive. Otherwise every master is released. A
-//! master that errors or does not answer counts as a no; but when fewer than a
-//! quorum of masters answered at all, nothing could be decided and the call
+//! parallel. It succeeds when at least N/2+1 masters that may vote said yes,
+//! every one of them knows the hold's fencing token (see below), *and* the
+//! validity left — `ttl − elapsed (monotonic, from the attempt's start) −
+//! drift`, where drift is 1 % of the ttl plus 2 ms — is positive when the
+//! call is about to return (and longer than the steps still to come).
+//! Otherwise the attempt is undone: released on every master at once. A
+//! master that errors or does not answer counts as a no; but when fewer than
+//! a quorum of masters answered at all, nothing could be decided and the call
 //! fails with the first error (a `Connection` error, as a single server that
 //! is down would): waiting would only retry against servers that are down.
-//! Extend re-checks the quorum and the validity the same way.
+//! Extend re-checks the quorum and the validity the same way (and refuses a
+//! hold whose validity already ran out).
 //!
-//! A master that hangs (stopped, or behind a link that drops packets) must not
-//! hold the others up: as the algorithm asks, each master gets a time small
-//! against the TTL ([`Redlock::master_budget`]: a tenth of it, at least
-//! [`MIN_MASTER_BUDGET`]) to answer each request, after which it counts as
-//! not answering. Its request goes on in the background until the client's
-//! own timeouts end it, and until then that master is skipped (at most one
-//! abandoned request per master).
+//! A master that hangs (stopped, or behind a link that stops forwarding) must
+//! not hold the others up, nor the call past its time: as the algorithm asks,
+//! each master gets a time small against the TTL
+//! ([`Redlock::master_budget`]: a tenth of it, at least
+//! [`MIN_MASTER_BUDGET`]) to answer each request — the acquire, the fencing
+//! token's spread, the undo, a release or extend — after which it counts as
+//! not answering; every step also stays within the call's budget (its wait,
+//! plus one command timeout: see `budget.rs`). A request whose reply was lost
+//! may still run on that master later: an undo or release that did not get
+//! its reply is handed to the settlement keeper (`settle.rs`), which releases
+//! the token there once the master answers (the key expires by its TTL at
+//! the latest).
+//!
+//! A master that restarted lately (its data, and so the locks it held, may
+//! be gone) has no vote for one TTL: see `servers.rs`. While too few masters
+//! may vote, an attempt cannot succeed: a try-once, or a wait that would end
+//! before enough of them may vote again, fails with a
+//! [`Quorum`](crate::ErrorKind::Quorum) error saying so; a longer wait waits.
+//!
+//! # Fencing tokens
+//!
+//! Each master that grants the lock draws a token (its counter, raised past
+//! its clock in µs); the hold's token is the largest of the quorum, and every
+//! master of the quorum is raised to it before the call returns (a master
+//! that cannot be raised in time does not count). Any later quorum overlaps
+//! this one in a master that voted for both, which then issues a larger
+//! token: tokens increase across holders as long as the quorums overlap in a
+//! master that kept its data (what keeping restarted masters out ensures)
+//! and the counter has not expired (ttl + 60 s after the hold's last write,
+//! after which tokens follow the masters' clocks: they still increase unless
+//! those clocks are more than that far apart or step back). See
+//! docs/deployment.md.
 //!
 //! # Waiting
 //!
@@ -33,24 +62,27 @@
 //! or held a stale key) and when a holder's TTL ends. Where it cannot
 //! subscribe at all, it pauses a random time of at most [`RETRY_MAX`].
 
+mod acquire;
 mod masters;
+mod servers;
+mod undo;
 mod waiter;
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use self::acquire::AcquireCall;
 pub use self::masters::MIN_MASTER_BUDGET;
 use self::masters::Masters;
-use self::waiter::{RETRY_MAX, Waiter};
-use super::{DistributedLock, Tried, acquire_call, extend_call, not_owned, release_call};
+use super::{DistributedLock, extend_call, not_owned};
+use crate::budget::Budget;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::keys::{LockKeys, label, new_token};
-use crate::scripts::LOCK_FENCE;
 use crate::sync::LockUnpoisoned;
 use crate::validate;
-use crate::wait::{self, Interrupt, Wait};
+use crate::wait::{Interrupt, Wait};
 
 /// Longest pause between two attempts of a waiter listening on a master.
 const NOTIFIED_RECHECK: Duration = Duration::from_millis(250);
@@ -66,11 +98,16 @@ pub struct Redlock {
     lost: AtomicBool,
 }
 
+#[derive(Clone)]
 struct Held {
     token: String,
     fence: i64,
     pid: u32,
+    /// The start of the last confirmed acquire or extend, plus its validity.
     valid_until: Instant,
+    /// The TTL the keys were last given (the lock's, or an extend's): how
+    /// long a key may outlive a release that did not get its reply.
+    ttl: Duration,
 }
 
 impl std::fmt::Debug for Redlock {
@@ -87,8 +124,9 @@ impl Redlock {
     pub fn new(clients: Vec<Client>, name: &[u8], ttl: Duration, prefix: &[u8]) -> Result<Self> {
         validate::name(name, "lock name")?;
         let label = label("redlock", name);
-        let masters = Masters::new(clients, (ttl / 10).max(MIN_MASTER_BUDGET), &label)?;
         validate::lifetime(ttl, "ttl")?;
+        let budget = (ttl / 10).max(MIN_MASTER_BUDGET);
+        let masters = Masters::new(clients, budget, ttl, &label)?;
         Ok(Self {
             keys: LockKeys::new(prefix, name),
             label,
@@ -111,178 +149,106 @@ impl Redlock {
         self.masters.budget()
     }
 
-    fn drift(&self) -> Duration {
-        self.ttl / 100 + Duration::from_millis(2)
+    /// The clock drift allowed for a hold of `ttl`: 1 % of it plus 2 ms.
+    fn drift(ttl: Duration) -> Duration {
+        ttl / 100 + Duration::from_millis(2)
+    }
+
+    /// The budget of a call that does not wait: one command timeout.
+    fn one_call(&self) -> Budget {
+        Budget::one_call(self.masters.command_timeout())
     }
 
     /// Takes the lock on a quorum of masters, waiting as `wait` allows (see
-    /// the module documentation for how it waits).
+    /// the module documentation for how it waits). Ends within the wait plus
+    /// one command timeout (a try-once: within one command timeout).
     pub fn acquire(&self, wait: Wait, interrupt: Option<Interrupt<'_>>) -> Result<bool> {
         // One token for the whole call: a master that hands its key to this
         // waiter sets it to this token, which the next attempt then counts.
         let token = new_token();
+        let deadline = wait.deadline();
+        let budget = match wait {
+            Wait::Try => self.one_call(),
+            _ => Budget::wait(deadline, self.masters.command_timeout()),
+        };
         let mut waiter = None;
-        let outcome = self.acquire_as(&token, wait, interrupt, &mut waiter);
+        let mut lingering = vec![false; self.masters.clients().len()];
+        let call = AcquireCall {
+            token: &token,
+            budget,
+            lingering: &mut lingering,
+        };
+        let outcome = self.acquire_as(call, wait, deadline, interrupt, &mut waiter);
+        if !matches!(outcome, Ok(true)) {
+            // The call is over: what it could not undo is undone by the
+            // keeper once those masters answer (not earlier: a later
+            // attempt of the call could have taken the key again with the
+            // same token, and would have lost it to the keeper).
+            for (i, _) in lingering.iter().enumerate().filter(|(_, l)| **l) {
+                self.release_later(i, &token, self.ttl);
+            }
+        }
         if let Some(w) = waiter {
             let ttl_ms = validate::millis(self.ttl);
             let held = matches!(outcome, Ok(true));
             w.close(&self.masters, &self.keys, &self.label, &token, ttl_ms, held);
         }
+        if matches!(outcome, Ok(true)) && self.lost() {
+            // The validity left when the quorum was confirmed covered one
+            // master budget, all that closing the wait may take: should it
+            // have run out all the same, the hold is given up, never
+            // reported.
+            self.give_up(&token, self.ttl, budget);
+            return Ok(false);
+        }
         outcome
     }
 
-    fn acquire_as(
-        &self,
-        token: &str,
-        wait: Wait,
-        interrupt: Option<Interrupt<'_>>,
-        waiter: &mut Option<Waiter>,
-    ) -> Result<bool> {
-        let deadline = wait.deadline();
-        let ttl_ms = validate::millis(self.ttl);
-        let lease_ms = validate::millis(wait::lease_for(NOTIFIED_RECHECK));
-        loop {
-            let start = Instant::now();
-            let listening: Vec<bool> = match waiter {
-                Some(w) => w.listening(),
-                None => vec![false; self.masters.clients().len()],
-            };
-            let members = waiter.as_ref().map(Waiter::members).unwrap_or_default();
-            let (k, label, owner) = (self.keys.clone(), self.label.clone(), token.to_string());
-            let replies = self.masters.on_each(move |i, c| {
-                let waiter = if listening[i] {
-                    members[i].as_str()
-                } else {
-                    ""
-                };
-                let call = acquire_call(&k, &owner, ttl_ms, waiter, false, lease_ms, false);
-                call.run::<Tried>(c, &label)
-            });
-            let elapsed = start.elapsed();
-            if let Some(w) = waiter.as_mut() {
-                w.update(&replies);
-            }
-            if let Some(e) = self.masters.unreachable(&replies) {
-                // Undo wherever it was taken (best effort: the rest expires).
-                self.release_everywhere(token);
-                return Err(e);
-            }
-            let granted: Vec<i64> = replies
-                .iter()
-                .filter_map(|r| match r {
-                    Ok(Tried::Acquired(fence)) => Some(*fence),
-                    _ => None,
-                })
-                .collect();
-            let validity = self.ttl.checked_sub(elapsed + self.drift());
-            if granted.len() >= self.quorum()
-                && let Some(validity) = validity.filter(|v| !v.is_zero())
-            {
-                let fence = granted.iter().copied().max().unwrap_or(0);
-                self.spread_fence(&replies, fence);
-                *self.state.lock_unpoisoned() = Some(Held {
-                    token: token.to_string(),
-                    fence,
-                    pid: crate::fork::current_pid(),
-                    valid_until: start + validity,
-                });
-                self.lost.store(false, Ordering::Release);
-                return Ok(true);
-            }
-            // Not enough: undo everywhere (a master that timed out may have
-            // taken it all the same).
-            self.release_everywhere(token);
-            if wait == Wait::Try {
-                return Ok(false);
-            }
-            // Pause no longer than the shortest holder TTL, nor past the deadline.
-            let mut limit = replies
-                .iter()
-                .filter_map(|r| match r {
-                    Ok(Tried::Busy(pttl)) => *pttl,
-                    _ => None,
-                })
-                .min()
-                .unwrap_or(Duration::MAX);
-            if let Some(d) = deadline {
-                let left = d.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    return Ok(false);
-                }
-                limit = limit.min(left);
-            }
-            if waiter.as_ref().is_some_and(Waiter::is_broken) {
-                *waiter = None; // every subscription broke: start over
-            }
-            if waiter.is_none() {
-                *waiter = Waiter::subscribe(&self.masters, &self.keys, &self.label, &replies);
-                if waiter.is_some() {
-                    continue; // the next attempt registers where we listen
-                }
-            }
-            let pause = match waiter.as_mut() {
-                Some(w) => w.listen(NOTIFIED_RECHECK.min(limit), interrupt),
-                None => wait::pause(jitter(RETRY_MAX).min(limit), interrupt),
-            };
-            pause.map_err(|_| wait::interrupted(&self.label))?;
-        }
-    }
-
-    /// Raises the fencing counter of the masters that granted this hold to
-    /// its fence, the largest the quorum issued: any later quorum overlaps
-    /// this one in at least one master, so it issues a larger token even if
-    /// the masters' clocks disagree.
-    fn spread_fence(&self, replies: &[Result<Tried>], fence: i64) {
-        let k = &self.keys;
-        let ttl_ms = validate::millis(self.ttl);
-        std::thread::scope(|s| {
-            for (client, reply) in self.masters.clients().iter().zip(replies) {
-                if matches!(reply, Ok(Tried::Acquired(f)) if *f < fence) {
-                    s.spawn(move || {
-                        let call = LOCK_FENCE.call(&[&k.fence]).arg(fence).arg(ttl_ms);
-                        // Best effort: a master that fails here counts as down.
-                        let _ = call.run::<i64>(client, &self.label);
-                    });
-                }
-            }
-        });
-    }
-
-    /// Releases `token` on every master; one reply per master (1: released).
-    fn release_everywhere(&self, token: &str) -> Vec<Result<i64>> {
-        let (call, label) = (release_call(&self.keys, token), self.label.clone());
-        self.masters.on_all(move |c| call.run::<i64>(c, &label))
-    }
-
-    fn held_token(&self) -> Option<String> {
+    /// The hold of this process, if any.
+    fn held(&self) -> Option<Held> {
         self.state
             .lock_unpoisoned()
             .as_ref()
             .filter(|h| h.pid == crate::fork::current_pid())
-            .map(|h| h.token.clone())
+            .cloned()
     }
 
     /// Releases the lock on every master. Fails with NotOwned when this object
     /// does not hold it or fewer than a quorum of masters still had it, and
     /// with the connection error when fewer than a quorum answered (the hold
-    /// is given up either way; what could not be released expires).
+    /// is given up either way; a master that did not answer is released by
+    /// the keeper once it does, its key expires by its TTL at the latest).
     pub fn release(&self) -> Result<()> {
-        let Some(token) = self.held_token() else {
+        let Some(held) = self.held() else {
             return Err(self.not_owned("this object does not hold it"));
         };
-        let replies = self.release_everywhere(&token);
         *self.state.lock_unpoisoned() = None;
-        if let Some(e) = self.masters.unreachable(&replies) {
-            self.lost.store(true, Ordering::Release);
-            return Err(e);
+        let released = self.release_everywhere(&held.token, self.one_call());
+        let mut unanswered = 0;
+        for (i, release) in released.replies.iter().enumerate() {
+            if release.is_err() {
+                self.release_later(i, &held.token, held.ttl);
+                unanswered += 1;
+            }
         }
-        let released = replies.iter().filter(|r| matches!(r, Ok(1))).count();
-        if released >= self.quorum() {
+        if let Some(e) = self.masters.unreachable(&released.replies) {
+            self.lost.store(true, Ordering::Release);
+            return Err(e.context_after(
+                "the masters that did not answer are released in the background once they \
+                 answer (the keys expire by their TTL at the latest)",
+            ));
+        }
+        let count = self.masters.votes(&released, |r| matches!(r, Ok(1)));
+        if count >= self.quorum() {
             Ok(())
         } else {
             self.lost.store(true, Ordering::Release);
+            let unanswered = match unanswered {
+                0 => String::new(),
+                n => format!("; {n} did not answer and are released in the background"),
+            };
             Err(self.not_owned(&format!(
-                "only {released} of {} masters still held it (quorum {})",
+                "only {count} of {} masters still held it (quorum {}){unanswered}",
                 self.masters.clients().len(),
                 self.quorum()
             )))
@@ -290,40 +256,52 @@ impl Redlock {
     }
 
     /// Sets the TTL on every master to `ttl` (default: the lock's ttl); needs a
-    /// quorum and positive validity, else the lock is released and reported lost.
+    /// hold still within its validity, then a quorum and positive validity
+    /// again, else the lock is released and reported lost.
     pub fn extend(&self, ttl: Option<Duration>) -> Result<()> {
         let ttl = match ttl {
             Some(ttl) => validate::lifetime(ttl, "ttl")?,
             None => self.ttl,
         };
-        let Some(token) = self.held_token() else {
+        let Some(held) = self.held() else {
             return Err(self.not_owned("this object does not hold it"));
         };
+        let budget = self.one_call();
         let start = Instant::now();
-        let call = extend_call(&self.keys, &token, validate::millis(ttl));
+        if start >= held.valid_until {
+            self.give_up(&held.token, held.ttl, budget);
+            return Err(self.not_owned(
+                "its validity (ttl − elapsed − clock drift) ran out before the extend",
+            ));
+        }
+        self.masters.uses_ttl(ttl);
+        let call = extend_call(&self.keys, &held.token, validate::millis(ttl));
         let label = self.label.clone();
-        let replies = self.masters.on_all(move |c| call.run::<i64>(c, &label));
-        if let Some(e) = self.masters.unreachable(&replies) {
-            self.release_everywhere(&token);
-            *self.state.lock_unpoisoned() = None;
-            self.lost.store(true, Ordering::Release);
+        let extended = self.masters.ask_checked(budget, move |_, c, within| {
+            c.run_within(within, &label, |con| call.query::<i64>(con))
+        });
+        // Keys extended may live `ttl` from now.
+        let key_ttl = ttl.max(held.ttl);
+        if let Some(e) = self.masters.unreachable(&extended.replies) {
+            self.give_up(&held.token, key_ttl, budget);
             return Err(e);
         }
-        let ok = replies.iter().filter(|r| matches!(r, Ok(1))).count();
-        let validity = ttl.checked_sub(start.elapsed() + ttl / 100 + Duration::from_millis(2));
-        match validity.filter(|v| !v.is_zero() && ok >= self.quorum()) {
+        let count = self.masters.votes(&extended, |r| matches!(r, Ok(1)));
+        let validity = ttl.checked_sub(start.elapsed() + Self::drift(ttl));
+        match validity.filter(|v| !v.is_zero() && count >= self.quorum()) {
             Some(v) => {
-                if let Some(h) = self.state.lock_unpoisoned().as_mut() {
+                if let Some(h) = self.state.lock_unpoisoned().as_mut()
+                    && h.token == held.token
+                {
                     h.valid_until = start + v;
+                    h.ttl = ttl;
                 }
                 Ok(())
             }
             None => {
-                self.release_everywhere(&token);
-                *self.state.lock_unpoisoned() = None;
-                self.lost.store(true, Ordering::Release);
+                self.give_up(&held.token, key_ttl, budget);
                 Err(self.not_owned(&format!(
-                    "only {ok} of {} masters extended it (quorum {})",
+                    "only {count} of {} masters extended it in time (quorum {})",
                     self.masters.clients().len(),
                     self.quorum()
                 )))
@@ -334,51 +312,54 @@ impl Redlock {
     /// True when a quorum of masters has the key (anyone holds it).
     pub fn locked(&self) -> Result<bool> {
         let (key, label) = (self.keys.lock.clone(), self.label.clone());
-        let replies = self
+        let asked = self
             .masters
-            .on_all(move |c| c.query::<bool>(&label, redis::cmd("EXISTS").arg(&key)));
-        if let Some(e) = self.masters.unreachable(&replies) {
+            .ask_checked(self.one_call(), move |_, c, within| {
+                c.run_within(within, &label, |con| {
+                    redis::cmd("EXISTS").arg(&key).query::<bool>(con)
+                })
+            });
+        if let Some(e) = self.masters.unreachable(&asked.replies) {
             return Err(e);
         }
-        let yes = replies.iter().filter(|r| matches!(r, Ok(true))).count();
-        Ok(yes >= self.quorum())
+        Ok(self.masters.votes(&asked, |r| matches!(r, Ok(true))) >= self.quorum())
     }
 
     /// True when this object holds the lock on a quorum and is within validity.
     pub fn owned(&self) -> Result<bool> {
-        let Some(token) = self.held_token() else {
+        let Some(held) = self.held() else {
             return Ok(false);
         };
         if self.lost() {
             return Ok(false);
         }
         let (key, label) = (self.keys.lock.clone(), self.label.clone());
-        let replies = self
+        let asked = self
             .masters
-            .on_all(move |c| c.query::<Option<Vec<u8>>>(&label, redis::cmd("GET").arg(&key)));
-        if let Some(e) = self.masters.unreachable(&replies) {
+            .ask_checked(self.one_call(), move |_, c, within| {
+                c.run_within(within, &label, |con| {
+                    redis::cmd("GET").arg(&key).query::<Option<Vec<u8>>>(con)
+                })
+            });
+        if let Some(e) = self.masters.unreachable(&asked.replies) {
             return Err(e);
         }
-        let yes = replies
-            .iter()
-            .filter(|r| matches!(r, Ok(Some(v)) if v == token.as_bytes()))
-            .count();
-        Ok(yes >= self.quorum())
+        let token = held.token.as_bytes();
+        let yes = self
+            .masters
+            .votes(&asked, |r| matches!(r, Ok(Some(v)) if v == token));
+        Ok(yes >= self.quorum() && !self.lost())
     }
 
     /// The token of the current hold.
     pub fn token(&self) -> Option<String> {
-        self.held_token()
+        self.held().map(|h| h.token)
     }
 
     /// The largest fencing token the quorum issued for this hold; increasing
     /// across holders (every master of the quorum is raised to it).
     pub fn fencing_token(&self) -> Option<i64> {
-        self.state
-            .lock_unpoisoned()
-            .as_ref()
-            .filter(|h| h.pid == crate::fork::current_pid())
-            .map(|h| h.fence)
+        self.held().map(|h| h.fence)
     }
 
     /// True when the hold was lost or its validity ran out without an extend.
@@ -386,10 +367,7 @@ impl Redlock {
         if self.lost.load(Ordering::Acquire) {
             return true;
         }
-        self.state
-            .lock_unpoisoned()
-            .as_ref()
-            .is_some_and(|h| h.pid == crate::fork::current_pid() && Instant::now() >= h.valid_until)
+        self.held().is_some_and(|h| Instant::now() >= h.valid_until)
     }
 
     fn not_owned(&self, why: &str) -> Error {

@@ -1,30 +1,35 @@
 //! `RedisQueue`: the legacy class's methods over `ferrolock::Queue`, and
 //! the extras of the production queue (reserve/ack/nack/touch, dead
-//! letters, stats, payloads, the worker loop).
+//! letters, stats, payloads, the worker loop). The settings it reads are in
+//! `options.rs`, the arrays it answers with in `shapes.rs`, the argument
+//! types both queue classes use in `params.rs`.
 // ext-php-rs' `#[php_impl]` rewrites borrowed argument types such as
 // `ArrayArg<'_>` into paths with a hidden lifetime, which this lint flags.
 #![allow(elided_lifetimes_in_paths)]
 
+mod options;
+mod params;
+mod shapes;
+
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use ext_php_rs::convert::FromZval;
 use ext_php_rs::exception::PhpResult;
-use ext_php_rs::flags::DataType;
 use ext_php_rs::prelude::*;
-use ext_php_rs::types::{ZendCallable, ZendHashTable, Zval};
-use ferrolock::{
-    Client, Outcome, Queue, QueueOptions, Task, Wait, Worker, WorkerOptions, validate,
-};
+use ext_php_rs::types::Zval;
+use ferrolock::{Client, Queue, QueueOptions, Task, Wait, validate};
 
+use self::options::{queue_settings, work_options};
+pub use self::params::{ArrayArg, OptIds, OptSeconds};
+use self::shapes::{Fallback, Shape, list_zval, task_array, tasks_zval};
 use crate::args::{
-    Args, FloatArg, IdArg, IdsArg, IntArg, NumArg, Param, StrArg, bytes_zval, cap_wait, read_args,
+    Args, FloatArg, IdArg, IdsArg, IntArg, NumArg, OptInt, Param, StrArg, cap_wait, read_args,
     scalar_bytes, type_error, type_name,
 };
 use crate::connect::settings;
 use crate::errors::{exception, guard, lock_exception, settle, warn};
+use crate::jobs::{self, CallableArg, Work};
 
 /// Queues kept per object (their key names are computed once).
 const QUEUE_CACHE: usize = 1024;
@@ -47,131 +52,6 @@ pub struct RedisQueue {
 /// Receipts whose validity an object remembers (the oldest are forgotten:
 /// their acks are judged as from an unknown receipt).
 const VALID_MAX: usize = 4096;
-
-/// Set by `RedisQueue::stop()` (and the signal handlers `work()` installs):
-/// every `work()` loop of this process stops after the task at hand.
-static STOP: AtomicBool = AtomicBool::new(false);
-
-/// The queue settings a constructor array may hold besides the connection:
-/// `visibility`, `max_attempts` (null: unlimited), `backoff`, `backoff_cap`,
-/// `backoff_jitter`, `min_replicas`. Unknown keys are the connection's (see `connect.rs`).
-fn queue_settings(param: Option<&Zval>, opts: &mut QueueOptions) -> PhpResult<()> {
-    let Some(array) = param.and_then(Zval::array) else {
-        return Ok(());
-    };
-    let bad = |key: &str, allowed: &str, value: &Zval| {
-        lock_exception(format!(
-            "connection array: '{key}' must be {allowed}, got {}",
-            type_name(value)
-        ))
-    };
-    let number = |key: &str, value: &Zval| -> PhpResult<f64> {
-        value
-            .double()
-            .or_else(|| value.long().map(|l| l as f64))
-            .filter(|v| v.is_finite())
-            .ok_or_else(|| bad(key, "a number of seconds", value))
-    };
-    let secs = |key: &str, value: &Zval, zero_ok: bool| -> PhpResult<Duration> {
-        validate::seconds(number(key, value)?, key, zero_ok).map_err(exception)
-    };
-    for (key, value) in array.iter() {
-        let key = key.to_string();
-        let value = value.dereference();
-        match key.as_str() {
-            "visibility" => opts.visibility = secs(&key, value, true)?,
-            "backoff" => opts.backoff = secs(&key, value, true)?,
-            "backoff_cap" => opts.backoff_cap = secs(&key, value, true)?,
-            "backoff_jitter" => opts.backoff_jitter = number(&key, value)?,
-            "min_replicas" => {
-                let n = value
-                    .long()
-                    .filter(|n| *n >= 0)
-                    .ok_or_else(|| bad(&key, "an int >= 0", value))?;
-                opts.min_replicas = u32::try_from(n).unwrap_or(u32::MAX);
-            }
-            "max_attempts" if value.is_null() => opts.max_attempts = None,
-            "max_attempts" => {
-                let n = value
-                    .long()
-                    .filter(|n| *n >= 1)
-                    .ok_or_else(|| bad(&key, "an int >= 1 or null (unlimited)", value))?;
-                opts.max_attempts = Some(u32::try_from(n).unwrap_or(u32::MAX));
-            }
-            _ => {}
-        }
-    }
-    Ok(())
-}
-
-/// What a legacy method returns for bad input: `false` or `[]`.
-#[derive(Clone, Copy)]
-enum Fallback {
-    False,
-    EmptyArray,
-}
-
-impl Fallback {
-    fn zval(self) -> Zval {
-        let mut z = Zval::new();
-        match self {
-            Fallback::False => z.set_bool(false),
-            Fallback::EmptyArray => z.set_hashtable(ZendHashTable::new()),
-        }
-        z
-    }
-}
-
-/// What a task array holds besides `id` and `score` (and `payload`, when
-/// the task has one).
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Shape {
-    /// The legacy pop/top array.
-    Legacy,
-    /// A reservation: `receipt`, `attempts`.
-    Reserved,
-    /// A dead task: `attempts` (its score: when it died).
-    Dead,
-}
-
-fn task_array(task: &Task, shape: Shape) -> PhpResult<Zval> {
-    let mut row = ZendHashTable::new();
-    row.insert("id", bytes_zval(&task.id))?;
-    row.insert("score", task.score)?;
-    if shape == Shape::Reserved {
-        row.insert("receipt", task.receipt.clone().unwrap_or_default())?;
-    }
-    if shape != Shape::Legacy {
-        row.insert("attempts", i64::from(task.attempts))?;
-    }
-    if let Some(p) = &task.payload {
-        row.insert("payload", bytes_zval(p))?;
-    }
-    let mut z = Zval::new();
-    z.set_hashtable(row);
-    Ok(z)
-}
-
-/// Legacy shapes: `$count == 1` → one array or false; else a list.
-fn tasks_zval(tasks: &[Task], count: i64, shape: Shape) -> PhpResult<Zval> {
-    if count == 1 {
-        return match tasks.first() {
-            Some(t) => task_array(t, shape),
-            None => Ok(Fallback::False.zval()),
-        };
-    }
-    list_zval(tasks, shape)
-}
-
-fn list_zval(tasks: &[Task], shape: Shape) -> PhpResult<Zval> {
-    let mut list = ZendHashTable::new();
-    for t in tasks {
-        list.push(task_array(t, shape)?)?;
-    }
-    let mut z = Zval::new();
-    z.set_hashtable(list);
-    Ok(z)
-}
 
 impl RedisQueue {
     /// The queue `name` names; `None` (and a warning) for an invalid name, as
@@ -550,17 +430,7 @@ impl RedisQueue {
             let Some(queue) = self.open(&name)? else {
                 return Ok(Fallback::False.zval());
             };
-            let s = queue.stats().map_err(exception)?;
-            let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-            let mut row = ZendHashTable::new();
-            row.insert("due", n(s.due))?;
-            row.insert("delayed", n(s.delayed))?;
-            row.insert("in_flight", n(s.in_flight))?;
-            row.insert("dead", n(s.dead))?;
-            row.insert("oldest_due_age", s.oldest_due_age)?;
-            let mut z = Zval::new();
-            z.set_hashtable(row);
-            Ok(z)
+            jobs::stats_zval(&queue.stats().map_err(exception)?)
         })
     }
 
@@ -592,57 +462,17 @@ impl RedisQueue {
                 return Ok(0);
             };
             let (worker_opts, max_jobs) = opts;
-            let mut worker = Worker::new(queue, worker_opts).map_err(exception)?;
-            STOP.store(false, Ordering::Release);
-            let signals = Signals::install();
-            let hook = || -> ferrolock::Result<()> {
-                signals.dispatch();
-                if STOP.load(Ordering::Acquire) {
-                    return Err(ferrolock::wait::interrupted("RedisQueue::work"));
-                }
-                Ok(())
+            let spec = Work {
+                what: "RedisQueue::work",
+                // Its name as registered (`Ferrolock\RedisQueue` with the
+                // global names off).
+                stop_handler: format!("{}::stop", crate::legacy::class_name("RedisQueue")),
+                max_jobs: (max_jobs > 0).then(|| u64::try_from(max_jobs).unwrap_or(u64::MAX)),
+                fail: &exception,
             };
-            let log = |e: &ferrolock::Error| {
-                error_log(&format!("ferrolock: RedisQueue::work: {e}; trying again"));
-            };
-            let mut outcome = Outcome::Done;
-            let mut handled: i64 = 0;
-            let mut next = worker.next(outcome, Some(&hook), &log);
-            let result = loop {
-                let task = match next {
-                    Ok(Some(task)) => task,
-                    Ok(None) => break Ok(()),
-                    Err(e) if e.is_interrupted() => break Ok(()),
-                    Err(e) => break Err(exception(e)),
-                };
-                let row = task_array(&task, Shape::Reserved)?;
-                outcome = match handler.try_call(vec![&row]) {
-                    Ok(_) => Outcome::Done,
-                    Err(e) => {
-                        error_log(&format!(
-                            "ferrolock: RedisQueue::work: task {:?} failed (attempt {}): {}",
-                            String::from_utf8_lossy(&task.id),
-                            task.attempts,
-                            describe(e)
-                        ));
-                        Outcome::Failed
-                    }
-                };
-                handled += 1;
-                signals.dispatch();
-                if STOP.load(Ordering::Acquire) || (max_jobs > 0 && handled >= max_jobs) {
-                    break Ok(());
-                }
-                next = worker.next(outcome, Some(&hook), &log);
-            };
-            if let Err(e) = worker.finish(outcome, None) {
-                error_log(&format!(
-                    "ferrolock: RedisQueue::work: could not finish the last task: {e} \
-                     (it returns when its reservation runs out)"
-                ));
-            }
-            signals.restore();
-            result.map(|()| handled)
+            jobs::work(queue, worker_opts, &spec, &handler, &|task| {
+                task_array(task, Shape::Reserved)
+            })
         })
     }
 
@@ -655,10 +485,7 @@ impl RedisQueue {
         guard(|| {
             read_args!("RedisQueue::stop", signal, info);
             let _ = info;
-            STOP.store(true, Ordering::Release);
-            if signal == Some(SIGINT) {
-                call("pcntl_signal", vec![&SIGINT, &0i64]);
-            }
+            jobs::stop(signal);
             Ok(())
         })
     }
@@ -709,261 +536,5 @@ impl RedisQueue {
             queue.purge_dead(ids.as_deref())
         };
         Ok(settle(done)?.map_or(0, |n| i64::try_from(n).unwrap_or(i64::MAX)))
-    }
-}
-
-/// `work()`'s options: the worker's, and `max_jobs` (0: no limit). A wrong
-/// type is a `TypeError`; a bad value, a warning (through `settle`).
-fn work_options(options: Option<&ZendHashTable>) -> ferrolock::Result<(WorkerOptions, i64)> {
-    let mut opts = WorkerOptions::default();
-    let mut max_jobs = 0;
-    let Some(array) = options else {
-        return Ok((opts, max_jobs));
-    };
-    let number = |key: &str, z: &Zval| -> ferrolock::Result<f64> {
-        z.double()
-            .or_else(|| z.long().map(|l| l as f64))
-            .ok_or_else(|| {
-                ferrolock::Error::invalid(format!(
-                    "{key} must be a number of seconds or null, got {}",
-                    type_name(z)
-                ))
-            })
-    };
-    for (key, value) in array.iter() {
-        let key = key.to_string();
-        let value = value.dereference();
-        match key.as_str() {
-            "wait" if value.is_null() => opts.wait = Wait::Forever,
-            "wait" => {
-                opts.wait = Wait::from_secs(Some(cap_wait(number(&key, value)?)), "wait")?;
-            }
-            "visibility" if value.is_null() => opts.visibility = None,
-            "visibility" => {
-                opts.visibility = Some(validate::ttl(number(&key, value)?, "visibility")?);
-            }
-            "heartbeat" => opts.heartbeat = value.coerce_to_bool(),
-            "max_jobs" => match value.long() {
-                Some(n) if n >= 0 => max_jobs = n,
-                _ => {
-                    return Err(ferrolock::Error::invalid(format!(
-                        "max_jobs must be an int >= 0, got {}",
-                        type_name(value)
-                    )));
-                }
-            },
-            other => {
-                return Err(ferrolock::Error::invalid(format!(
-                    "unknown option '{other}' (wait, visibility, heartbeat, max_jobs)"
-                )));
-            }
-        }
-    }
-    Ok((opts, max_jobs))
-}
-
-/// An optional `int|float|null` of seconds, where null means "the default"
-/// (reflection: `?float`).
-pub struct OptSeconds(Option<NumArg>);
-
-impl<'a> FromZval<'a> for OptSeconds {
-    const TYPE: DataType = DataType::Double;
-    fn from_zval(z: &'a Zval) -> Option<Self> {
-        if z.is_null() {
-            Some(OptSeconds(None))
-        } else {
-            NumArg::from_zval(z).map(|n| OptSeconds(Some(n)))
-        }
-    }
-}
-
-impl Param for Option<OptSeconds> {
-    type Value = Option<f64>;
-    fn read(self, at: &crate::args::At) -> PhpResult<Option<f64>> {
-        match self.and_then(|s| s.0) {
-            None => Ok(None),
-            Some(n) => n.read(at).map(Some),
-        }
-    }
-}
-
-/// An optional `int|null` (reflection: `?int`): null is `None`.
-pub struct OptInt(Option<IntArg>);
-
-impl<'a> FromZval<'a> for OptInt {
-    const TYPE: DataType = DataType::Long;
-    fn from_zval(z: &'a Zval) -> Option<Self> {
-        if z.is_null() {
-            Some(OptInt(None))
-        } else {
-            IntArg::from_zval(z).map(|n| OptInt(Some(n)))
-        }
-    }
-}
-
-impl Param for Option<OptInt> {
-    type Value = Option<i64>;
-    fn read(self, at: &crate::args::At) -> PhpResult<Option<i64>> {
-        match self.and_then(|s| s.0) {
-            None => Ok(None),
-            Some(n) => n.read(at).map(Some),
-        }
-    }
-}
-
-/// Optional task ids: one id, an array of them, or null (`None`).
-pub struct OptIds(Option<IdsArg>);
-
-impl<'a> FromZval<'a> for OptIds {
-    const TYPE: DataType = DataType::Mixed;
-    fn from_zval(z: &'a Zval) -> Option<Self> {
-        if z.is_null() {
-            Some(OptIds(None))
-        } else {
-            IdsArg::from_zval(z).map(|n| OptIds(Some(n)))
-        }
-    }
-}
-
-impl Param for Option<OptIds> {
-    type Value = Option<Vec<Vec<u8>>>;
-    fn read(self, at: &crate::args::At) -> PhpResult<Option<Vec<Vec<u8>>>> {
-        match self.and_then(|s| s.0) {
-            None => Ok(None),
-            Some(ids) => ids.read(at).map(Some),
-        }
-    }
-}
-
-/// An `array` parameter (reflection: `array`), any other value a `TypeError`.
-pub struct ArrayArg<'a>(&'a Zval);
-
-impl<'a> FromZval<'a> for ArrayArg<'a> {
-    const TYPE: DataType = DataType::Array;
-    fn from_zval(z: &'a Zval) -> Option<Self> {
-        Some(ArrayArg(z))
-    }
-}
-
-impl<'a> Param for ArrayArg<'a> {
-    type Value = &'a ZendHashTable;
-    fn read(self, at: &crate::args::At) -> PhpResult<&'a ZendHashTable> {
-        self.0
-            .array()
-            .ok_or_else(|| type_error(at, "array", &type_name(self.0)))
-    }
-}
-
-/// An optional `?array` (null: `None`).
-impl<'a> Param for Option<ArrayArg<'a>> {
-    type Value = Option<&'a ZendHashTable>;
-    fn read(self, at: &crate::args::At) -> PhpResult<Option<&'a ZendHashTable>> {
-        match self.filter(|a| !a.0.is_null()) {
-            None => Ok(None),
-            Some(a) => a.read(at).map(Some),
-        }
-    }
-}
-
-/// A `callable` parameter (reflection: `callable`).
-pub struct CallableArg<'a>(&'a Zval);
-
-impl<'a> FromZval<'a> for CallableArg<'a> {
-    const TYPE: DataType = DataType::Callable;
-    fn from_zval(z: &'a Zval) -> Option<Self> {
-        Some(CallableArg(z))
-    }
-}
-
-impl<'a> Param for CallableArg<'a> {
-    type Value = ZendCallable<'a>;
-    fn read(self, at: &crate::args::At) -> PhpResult<ZendCallable<'a>> {
-        ZendCallable::new(self.0).map_err(|_| type_error(at, "callable", &type_name(self.0)))
-    }
-}
-
-/// Signal numbers (the same on Linux and the BSDs).
-const SIGINT: i64 = 2;
-const SIGTERM: i64 = 15;
-
-/// Calls the PHP function `name`, if it exists; its result, if it returned.
-fn call(name: &str, args: Vec<&dyn ext_php_rs::convert::IntoZvalDyn>) -> Option<Zval> {
-    ZendCallable::try_from_name(name).ok()?.try_call(args).ok()
-}
-
-/// Logs `message` with PHP's `error_log()` (stderr in the CLI, else the
-/// configured log).
-fn error_log(message: &str) {
-    call("error_log", vec![&message]);
-}
-
-/// What a handler threw, as a log line.
-fn describe(e: ext_php_rs::error::Error) -> String {
-    match e {
-        ext_php_rs::error::Error::Exception(obj) => {
-            let class = obj.get_class_name().unwrap_or_else(|_| "exception".into());
-            let message = obj
-                .try_call_method("getMessage", vec![])
-                .ok()
-                .and_then(|m| m.string())
-                .unwrap_or_default();
-            format!("{class}: {message}")
-        }
-        other => other.to_string(),
-    }
-}
-
-/// SIGTERM and SIGINT handled by `RedisQueue::stop` while `work()` runs
-/// (when pcntl is loaded), the previous handlers restored after.
-struct Signals {
-    dispatch: Option<ZendCallable<'static>>,
-    previous: Vec<(i64, Zval)>,
-    /// `pcntl_async_signals()` before: it is on while `work()` runs, so that
-    /// a signal is handled at once, inside a long handler too (the first
-    /// SIGINT then sets the second one to kill).
-    was_async: Option<Zval>,
-}
-
-impl Signals {
-    fn install() -> Self {
-        let mut me = Self {
-            dispatch: None,
-            previous: Vec::new(),
-            was_async: None,
-        };
-        if ZendCallable::try_from_name("pcntl_signal").is_err() {
-            return me;
-        }
-        let handler = format!(
-            "{}::stop",
-            <RedisQueue as ext_php_rs::class::RegisteredClass>::CLASS_NAME
-        );
-        for sig in [SIGTERM, SIGINT] {
-            let Some(previous) = call("pcntl_signal_get_handler", vec![&sig]) else {
-                continue;
-            };
-            if call("pcntl_signal", vec![&sig, &handler.as_str()]).is_some() {
-                me.previous.push((sig, previous));
-            }
-        }
-        me.dispatch = ZendCallable::try_from_name("pcntl_signal_dispatch").ok();
-        me.was_async = call("pcntl_async_signals", vec![&true]);
-        me
-    }
-
-    /// Runs the PHP signal handlers of signals that arrived.
-    fn dispatch(&self) {
-        if let Some(d) = &self.dispatch {
-            let _ = d.try_call(vec![]);
-        }
-    }
-
-    fn restore(&self) {
-        for (sig, previous) in &self.previous {
-            call("pcntl_signal", vec![sig, previous]);
-        }
-        if let Some(was) = &self.was_async {
-            call("pcntl_async_signals", vec![was]);
-        }
     }
 }
