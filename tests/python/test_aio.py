@@ -136,9 +136,10 @@ def test_reentrant_and_fair_locks(url, name):
 
 def test_redlock_is_awaitable(redis_server, name):
     async def main() -> None:
-        lock = aio.Redlock(name, [redis_server.url], ttl=5)
-        assert await lock.acquire(timeout=1)
-        other = aio.Redlock(name, [redis_server.url], ttl=5)
+        # A master younger than one TTL has no vote yet: a wait longer than that waits.
+        lock = aio.Redlock(name, [redis_server.url], ttl=2)
+        assert await lock.acquire(timeout=5)
+        other = aio.Redlock(name, [redis_server.url], ttl=2)
         waiting = asyncio.create_task(other.acquire(timeout=5))
         await asyncio.sleep(0.1)
         await lock.release()
