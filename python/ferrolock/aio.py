@@ -442,7 +442,7 @@ class Queue:
         *,
         concurrency: int = 1,
         wait: float | None = None,
-        stop: asyncio.Event | None = None,
+        stop: asyncio.Event | _queue._Stop | None = None,
         visibility: float | None = None,
         heartbeat: bool = True,
     ) -> int:
@@ -457,7 +457,8 @@ class Queue:
         concurrency: handlers running at once (each its own consumer, all on
         this loop). wait: how long to wait for work before returning
         (``None``: until stopped; ``0``: drain what is due). stop: an
-        ``asyncio.Event`` that ends the loop: the tasks at hand are finished
+        ``asyncio.Event`` (or, looked at every 50 ms, any object with
+        ``is_set()``, such as a ``threading.Event``) that ends the loop: the tasks at hand are finished
         and acked, waits are given up. SIGTERM does the same when the loop
         runs in the main thread. Cancelling the task running ``work`` stops it
         too: a task being handled is nacked, a task being waited for is given
@@ -552,8 +553,15 @@ async def _next(worker: _native._AsyncWorker, outcome: bool,
     return None
 
 
-async def _set_when(stop: asyncio.Event, stopping: asyncio.Event) -> None:
-    await stop.wait()
+async def _set_when(stop: asyncio.Event | _queue._Stop, stopping: asyncio.Event) -> None:
+    """Sets ``stopping`` once ``stop`` is set: awaited if it is an
+    ``asyncio.Event``, else (a ``threading.Event``, any ``is_set()``) looked at
+    every 50 ms."""
+    if isinstance(stop, asyncio.Event):
+        await stop.wait()
+    else:
+        while not stop.is_set():
+            await asyncio.sleep(0.05)
     stopping.set()
 
 

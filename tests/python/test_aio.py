@@ -301,6 +301,21 @@ def test_worker_loop(url, name):
     run(main())
 
 
+def test_worker_loop_stops_on_a_threading_event(url, name):
+    import threading
+
+    async def main() -> None:
+        q = aio.Queue(name)
+        stop = threading.Event()
+        threading.Timer(0.3, stop.set).start()
+        start = time.monotonic()
+        assert await q.work(lambda task: None, stop=stop) == 0
+        assert time.monotonic() - start < 5
+        assert (await q.stats())["in_flight"] == 0
+
+    run(main())
+
+
 def test_worker_loop_arguments(url, name):
     async def main() -> None:
         q = aio.Queue(name)
