@@ -718,4 +718,44 @@ final class Task
     public function run(callable $callback): mixed {}
 }
 
+/**
+ * This process's lock figures, for an application's own exporter (Python:
+ * ferrolock.metrics). Counted since the process started: a PHP-FPM worker
+ * counts across its requests. Queue figures: RedisQueue::stats($name),
+ * Queue::stats().
+ */
+final class Metrics {
+    /**
+     * `buckets`: the histograms' upper bounds (seconds); `lock_wait` (acquires
+     * that got the lock) and `lock_hold` (acquire to release), each
+     * `['cumulative' => int[] (one per bucket, then +Inf), 'count' => int,
+     * 'sum' => float]`; `acquires_missed`, `locks_lost`, `forced_releases`,
+     * `dead_lettered`, `settlements_pending` (ints).
+     */
+    public static function snapshot(): array {}
+}
+
+/**
+ * What happened in the background, told to the application (Python: the
+ * `ferrolock` logger and `Lock(on_lost=...)`). No E_WARNING is raised for it.
+ */
+final class Events {
+    /**
+     * `$hook(string $name, string $message)` is called once for each hold that
+     * auto-renewal finds lost (expired or taken while held, or no renewal
+     * succeeded within its TTL): at the next call into the extension (any
+     * method of its classes, or Events::dispatch()), on the request's thread,
+     * never from a background thread. What it throws goes to error_log().
+     * null removes it; it is dropped at the end of the request. A release or
+     * extend that finds its lock lost throws there instead.
+     */
+    public static function onLockLost(?callable $hook): void {}
+
+    /**
+     * Calls the hook for the losses found since the last call into the
+     * extension (for a long computation that makes no other call).
+     */
+    public static function dispatch(): void {}
+}
+
 } // namespace Ferrolock

@@ -42,11 +42,49 @@ pub const DEFAULT_LOCK_PREFIX: &str = "Lock:";
 /// Default key prefix of queues (the legacy one).
 pub const DEFAULT_QUEUE_PREFIX: &str = "Queue:";
 
-/// A fresh random token: UUID v4 (122 random bits from the OS RNG), 32 hex
-/// digits. Owner tokens, waiter ids and reservation receipts are all of this
-/// kind.
+/// A fresh random token: UUID v4 (122 random bits), 32 hex digits. Owner
+/// tokens, waiter ids and reservation receipts are all of this kind.
+///
+/// The bits come from a ChaCha12 generator of the calling thread
+/// (`rand`'s `StdRng`, a CSPRNG), seeded once from the OS: asking the OS
+/// for 16 bytes per token (`getrandom`) was a system call on every acquire,
+/// beyond the wire. The generator is seeded again in a forked child (the
+/// cached pid differs): a child never draws the tokens its parent will.
 pub fn new_token() -> String {
-    uuid::Uuid::new_v4().simple().to_string()
+    uuid::Builder::from_random_bytes(random_bytes())
+        .into_uuid()
+        .simple()
+        .to_string()
+}
+
+/// 16 bytes from this thread's generator (see [`new_token`]).
+fn random_bytes() -> [u8; 16] {
+    use rand::{Rng, SeedableRng, rngs::StdRng, rngs::SysRng};
+    use std::cell::RefCell;
+
+    thread_local! {
+        /// The generator and the pid it was seeded in.
+        static RNG: RefCell<Option<(u32, StdRng)>> = const { RefCell::new(None) };
+    }
+    let pid = crate::fork::current_pid();
+    let fill = |slot: &mut Option<(u32, StdRng)>, out: &mut [u8; 16]| {
+        if slot.as_ref().is_none_or(|(seeded_in, _)| *seeded_in != pid) {
+            let rng = StdRng::try_from_rng(&mut SysRng)
+                .unwrap_or_else(|e| panic!("the OS random source failed: {e}"));
+            *slot = Some((pid, rng));
+        }
+        if let Some((_, rng)) = slot {
+            rng.fill_bytes(out);
+        }
+    };
+    let mut out = [0u8; 16];
+    let drawn = RNG.try_with(|cell| fill(&mut cell.borrow_mut(), &mut out));
+    if drawn.is_err() {
+        // This thread is being torn down (its locals are gone): draw from
+        // a generator of this call's own.
+        fill(&mut None, &mut out);
+    }
+    out
 }
 
 /// `lock "name"` (or `queue "name"`), shortened for messages.
@@ -218,6 +256,66 @@ impl QueueKeys {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tokens_are_uuid_v4_and_differ() {
+        let tokens: std::collections::HashSet<String> = (0..1000).map(|_| new_token()).collect();
+        assert_eq!(tokens.len(), 1000);
+        for t in &tokens {
+            let u = uuid::Uuid::parse_str(t).expect("a UUID");
+            assert_eq!(u.get_version_num(), 4, "{t}");
+            assert_eq!(t.len(), 32);
+        }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_forked_child_draws_tokens_its_parent_does_not() {
+        // Seed this thread's generator, then fork: the child inherits its
+        // state, and must seed afresh instead of repeating the parent's next
+        // tokens.
+        let _ = new_token();
+        let mut fds = [0; 2];
+        // SAFETY: pipe writes two descriptors into the array we own.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: the child only draws tokens, writes them and _exits.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            let drawn: String = (0..4).map(|_| new_token()).collect();
+            // SAFETY: writes our buffer to the pipe, then ends the child
+            // without running the parent's destructors or test harness.
+            unsafe {
+                libc::write(fds[1], drawn.as_ptr().cast(), drawn.len());
+                libc::_exit(0);
+            }
+        }
+        let mine: Vec<String> = (0..4).map(|_| new_token()).collect();
+        let mut buf = [0u8; 128];
+        // SAFETY: reads into our buffer; closes the pipe, reaps the child.
+        let n = unsafe {
+            libc::close(fds[1]);
+            let mut got = 0usize;
+            while got < buf.len() {
+                let r = libc::read(fds[0], buf[got..].as_mut_ptr().cast(), buf.len() - got);
+                if r <= 0 {
+                    break;
+                }
+                got += r as usize;
+            }
+            libc::close(fds[0]);
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+            got
+        };
+        assert_eq!(n, 128, "the child wrote its four tokens");
+        let theirs = std::str::from_utf8(&buf).expect("hex");
+        for (i, t) in mine.iter().enumerate() {
+            assert!(
+                !theirs.contains(t.as_str()),
+                "the child drew the parent's token {i}: {t}"
+            );
+        }
+    }
 
     #[test]
     fn slot_matches_redis_reference_values() {

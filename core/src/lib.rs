@@ -22,7 +22,8 @@
 //! # Ok::<(), ferrolock::Error>(())
 //! ```
 //!
-//! Redis layout: see [`keys`]. Waiting: see [`wait`]. Renewal
+//! Redis layout: see [`keys`]. Waiting: see [`wait`]. Operators' views,
+//! events and metrics: see [`ops`]. Renewal
 //! ([`LockOptions::auto_renew`]): one background thread per process renews
 //! held locks every ttl/3, batched per server, and reports a lock lost when a
 //! renewal finds it gone or none succeeded within its TTL.
@@ -35,6 +36,7 @@ mod error;
 mod fork;
 pub mod keys;
 mod lock;
+pub mod ops;
 mod queue;
 mod scripts;
 mod settle;
@@ -58,6 +60,7 @@ pub use lock::redlock::Redlock;
 pub use lock::single::{Lock, caller_thread_id};
 pub use lock::waiter::AcquireSteps;
 pub use lock::{DEFAULT_TTL, DistributedLock, LockOptions};
+pub use ops::{InFlight, InFlightPage, Inspector, Listing, LockInfo, QueueInfo, Waiter};
 pub use queue::{
     DEFAULT_BACKOFF, DEFAULT_BACKOFF_CAP, DEFAULT_BACKOFF_JITTER, DEFAULT_LEGACY_LOCK_TIMEOUT,
     DEFAULT_MAX_ATTEMPTS, DEFAULT_VISIBILITY, Finish, Heartbeat, Outcome, Queue, QueueOptions,

@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use crate::budget::Budget;
 use crate::error::Result;
+use crate::ops::events::{Event, EventKind};
 use crate::sync::LockUnpoisoned;
 
 /// First retry delay of a deferred settlement; it doubles up to [`MAX_BACKOFF`].
@@ -51,7 +52,6 @@ pub(crate) trait Settlement: Send + 'static {
 
     /// What is being settled, for messages and logs (`release of lock
     /// "orders"`).
-    #[allow(dead_code)] // read by the operator's views and logs (issue 21)
     fn describe(&self) -> String;
 
     /// The client the settlement talks to (its pool identity), so that a
@@ -82,6 +82,9 @@ pub(crate) fn settle_or_defer(settlement: Box<dyn Settlement>, budget: Budget) -
 /// Hands `settlement` to the keeper, which tries it at once and then with
 /// backoff until it succeeds or its horizon passes.
 pub(crate) fn defer(settlement: Box<dyn Settlement>) {
+    report(EventKind::SettlementDeferred, &*settlement, || {
+        "its reply was lost; put right in the background once the server answers".into()
+    });
     let mut st = state();
     st.entries.push(Entry {
         settlement,
@@ -162,6 +165,13 @@ pub fn wait_settled(timeout: Duration) -> bool {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// Reports `settlement` as an event of `kind` (`what` happened to it).
+fn report(kind: EventKind, settlement: &dyn Settlement, what: impl FnOnce() -> String) {
+    crate::ops::events::emit_with(|| {
+        Event::new(kind, b"", format!("{}: {}", settlement.describe(), what()))
+    });
 }
 
 /// Number of pending settlements, readable without the mutex.
@@ -256,8 +266,23 @@ fn run() {
             return;
         }
         let now = Instant::now();
-        st.entries.retain(|e| e.settlement.horizon() > now);
+        let (open, expired): (Vec<Entry>, Vec<Entry>) = std::mem::take(&mut st.entries)
+            .into_iter()
+            .partition(|e| e.settlement.horizon() > now);
+        st.entries = open;
         PENDING.store(st.entries.len(), Ordering::Release);
+        if !expired.is_empty() {
+            // Reported with the state unlocked: no mutex of ours is taken
+            // while another is held (see `fork.rs`).
+            drop(st);
+            for e in expired {
+                report(EventKind::SettlementExpired, &*e.settlement, || {
+                    "given up: what it was about has expired in Redis by itself".into()
+                });
+            }
+            st = state();
+            continue;
+        }
         if st.entries.is_empty() {
             st.running = false;
             return;
@@ -278,6 +303,11 @@ fn run() {
             .settlement
             .settle(Budget::until(Instant::now() + MAX_BACKOFF * 3))
             .is_ok();
+        if settled {
+            report(EventKind::SettlementDone, &*entry.settlement, || {
+                "put right after its reply was lost".into()
+            });
+        }
         st = state();
         st.trying = None;
         if st.pid != pid {

@@ -8,12 +8,15 @@
 //! popped task would be gone without being returned, an acquired lock held by
 //! a token nobody knows until its TTL ran out.
 //!
-//! So each round trip runs with the asynchronous signals blocked on its thread
-//! ([`Deferred`]): a signal sent meanwhile stays pending, or is taken by
-//! another thread, and its handler runs as soon as the round trip is over,
-//! at most one command timeout later (`Client::run`'s commands, and
-//! subscribing in `wait/listen.rs`; on a cluster, the redis crate's own retries of a
-//! command, with their pauses, count as part of it). Connecting (DNS, TCP,
+//! Plain connections (TCP or a Unix socket, RESP2) are ferrolock's own
+//! (`client/wire.rs`): their reads go on after `EINTR`, so a signal costs
+//! nothing unless one arrives. The round trips that still go through the
+//! redis crate's connections (TLS, RESP3, a cluster; subscribing in
+//! `wait/listen.rs`) run with the asynchronous signals blocked on their
+//! thread ([`Deferred`]): a signal sent meanwhile stays pending, or is taken
+//! by another thread, and its handler runs as soon as the round trip is
+//! over, at most one command timeout later (on a cluster, the redis crate's
+//! own retries of a command, with their pauses, count as part of it). Connecting (DNS, TCP,
 //! handshake, a Sentinel lookup) stays interruptible: nothing was sent yet, so
 //! an interrupted connect fails harmlessly. Waits between attempts are not
 //! covered either: they listen in short slices and consult the caller's

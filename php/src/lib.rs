@@ -6,6 +6,8 @@
 //!   `ferrolock.legacy_classes` off, only so (`legacy.rs`).
 //! - The modern classes `Ferrolock\Lock`, `Ferrolock\Queue`, `Ferrolock\Task`
 //!   and their exceptions, with the Python package's semantics (`modern/`).
+//! - `Ferrolock\Metrics` and `Ferrolock\Events`: this process's lock figures
+//!   and the lost-lock hook (`ops.rs`).
 //!
 //! Thin by design: arguments are converted with PHP's rules (`args.rs`), the
 //! connection is resolved from `$param` (`connect.rs`), errors follow one
@@ -24,6 +26,7 @@ mod jobs;
 mod legacy;
 mod lock;
 mod modern;
+mod ops;
 mod queue;
 
 use std::ffi::c_int;
@@ -75,6 +78,7 @@ extern "C" fn module_shutdown(ty: i32, module_number: i32) -> i32 {
 
 extern "C" fn request_shutdown(_ty: i32, _module_number: i32) -> i32 {
     lock::release_instance();
+    ops::release_hook();
     0
 }
 
@@ -87,6 +91,8 @@ pub fn get_module(module: ModuleBuilder<'_>) -> ModuleBuilder<'_> {
         .class::<modern::lock::Lock>()
         .class::<modern::queue::Queue>()
         .class::<modern::task::Task>()
+        .class::<ops::Metrics>()
+        .class::<ops::Events>()
         .shutdown_function(module_shutdown)
         .request_shutdown_function(request_shutdown)
 }

@@ -6,7 +6,13 @@
 
 Connection: the ``url`` argument, else ``$REDIS_URL``, else
 ``redis://127.0.0.1:6379/0``.
+
+Logging goes to the ``ferrolock`` logger, quiet unless the application
+configures logging. Operators' tools: ``python -m ferrolock`` (the
+``ferrolock`` command), :mod:`ferrolock.ops`, :mod:`ferrolock.metrics`.
 """
+
+import logging as _logging
 
 from ferrolock import _green  # noqa: F401  (waits under gevent/eventlet yield to the hub)
 from ferrolock._lock import Lock, Redlock
@@ -35,3 +41,6 @@ __all__ = [
     "Task",
     "__version__",
 ]
+
+# A library logs, the application decides where to: quiet by default.
+_logging.getLogger("ferrolock").addHandler(_logging.NullHandler())

@@ -15,7 +15,7 @@ import inspect
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, TypeVar, final
 
-from ferrolock import _native, _ops
+from ferrolock import _events, _native, _ops
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -93,14 +93,40 @@ class Lock(_native.Lock, _Forms):
     legacy_interop: give legacy ``SETNX`` pollers (the hand-rolled PHP
     ``RedisLock``) a turn now and then under sustained contention (``None``,
     the default: on for the legacy prefix ``Lock:``; see ``docs/migration.md``).
+    on_lost: called as ``on_lost(lock)``, once per hold, from a background
+    thread, when the watchdog finds the lock lost (expired or taken while
+    held, or no renewal succeeded within its TTL); keep it short (set a flag,
+    cancel the work). A hold found lost by ``release()`` or ``extend()``
+    raises there instead.
 
     A thread waiting again for a non-reentrant lock it holds gets
     :class:`LockError` (it would wait for itself); ``async with`` tasks on one
     loop are not told apart and wait.
     """
 
-    __slots__ = ()
+    __slots__ = ("__weakref__",)
     __module__ = "ferrolock"
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        on_lost: Callable[[Lock], object] | None = None,
+        **settings: Any,
+    ) -> None:
+        # The settings were read by the native __new__; this only wires
+        # on_lost, and starts the listener of the core's events (logs).
+        if on_lost is not None:
+            _events.watch_lost(self, on_lost)
+        else:
+            _events.start()
+
+    # What help() and inspect show: the native constructor's settings and
+    # defaults (the core's), not this __init__'s catch-all.
+    try:
+        __signature__ = inspect.signature(_native.Lock)
+    except ValueError:  # Python 3.9 reads no signature of a native class
+        pass
 
     @classmethod
     def from_redis(cls, client: Any, name: str, **kwargs: Any) -> Lock:

@@ -21,6 +21,7 @@ __all__ = [
     "DEFAULT_VISIBILITY",
     "ConnectionError",
     "FerrolockError",
+    "Inspector",
     "Lock",
     "LockError",
     "LockLostError",
@@ -39,7 +40,12 @@ __all__ = [
     "__version__",
     "_aio_stats",
     "_caller_id",
+    "_enable_events",
+    "_metrics",
     "_set_green_hook",
+    "_wait_events",
+    "_wake_events",
+    "set_slow_acquire",
 ]
 
 __version__: str
@@ -188,8 +194,13 @@ class Lock(_LockBase):
         prefix: str = "Lock:",  # DEFAULT_LOCK_PREFIX
         min_replicas: int = 0,
         legacy_interop: bool | None = None,
+        on_lost: Callable[[Lock], object] | None = None,
     ) -> Self:
-        """Create a lock (nothing is sent to Redis yet)."""
+        """Create a lock (nothing is sent to Redis yet). ``on_lost`` is checked
+        here and wired by ``ferrolock.Lock.__init__``."""
+    @property
+    def _id(self) -> int:
+        """This object's id in the core's events (``ferrolock/_events.py``)."""
     def _acquire_with_token(
         self, token: str | bytes, blocking: bool = True, timeout: float | None = None
     ) -> bool:
@@ -384,6 +395,137 @@ class _Worker:
 
 class _IsSet(Protocol):
     def is_set(self) -> bool: ...
+
+class _LockWaiter(TypedDict):
+    id: str
+    """The waiter's id, shortened."""
+    token: str
+    """The owner token it asks to hold the lock with, shortened."""
+    ttl: float | None
+    """The TTL it asks for (seconds)."""
+    waited: float
+    """How long it has been waiting (seconds)."""
+    lease: float | None
+    """Time left on its lease (seconds); ``None``: run out (a waiter that
+    stopped, dropped at the next hand-over)."""
+
+class _LockInfo(TypedDict):
+    name: str
+    key: str
+    holder: str | None
+    """The holder's owner token, shortened (``3f2a1b4c…``); ``None``: not held."""
+    ttl: float | None
+    """Remaining TTL (seconds); ``None`` when not held or without expiry."""
+    expires: bool
+    """``False`` for a hold without expiry (a legacy client's orphan)."""
+    fence: int | None
+    """The last fencing token issued for the name."""
+    waiting: int
+    """Waiters registered."""
+    waiters: list[_LockWaiter]
+    """The first of them, in the order they are served."""
+
+class _LockListing(TypedDict):
+    items: list[_LockInfo]
+    complete: bool
+    """``False`` when the limit cut the listing short."""
+
+class _QueueInfo(TypedDict):
+    name: str
+    key: str
+    due: int
+    delayed: int
+    in_flight: int
+    dead: int
+    oldest_due_age: float
+
+class _QueueListing(TypedDict):
+    items: list[_QueueInfo]
+    complete: bool
+
+class _InFlight(TypedDict):
+    id: str
+    deadline: float
+    """Visibility deadline (unix s)."""
+    left: float
+    """Seconds until the deadline (negative: overdue)."""
+    attempt: int | None
+    max_attempts: int | None
+    """``None``: unlimited (or not recorded)."""
+    visibility: float | None
+
+class _InFlightPage(TypedDict):
+    total: int
+    items: list[_InFlight]
+
+@final
+class Inspector:
+    """What an operator sees of locks and queues on one deployment, and the
+    forced release (``ferrolock.ops.Inspector``). Every read is bounded: a
+    ``SCAN`` of every master (never ``KEYS``), pages of at most 1000."""
+
+    def __new__(
+        cls,
+        url: str | None = None,
+        *,
+        lock_prefix: str = "Lock:",  # DEFAULT_LOCK_PREFIX
+        queue_prefix: str = "Queue:",  # DEFAULT_QUEUE_PREFIX
+    ) -> Inspector: ...
+    def lock(self, name: str, *, waiters: int = 10) -> _LockInfo:
+        """One lock as it is now, with its first ``waiters`` waiters: one round trip."""
+    def locks(self, prefix: str | None = None, *, limit: int = 100) -> _LockListing:
+        """The locks held whose names start with ``prefix``, at most ``limit``,
+        by name (waiters counted, not listed)."""
+    def locks_named(self, names: Iterable[str]) -> list[_LockInfo]:
+        """The locks ``names``, held or not, in that order: one pipelined round trip."""
+    def force_release(self, name: str) -> str | None:
+        """Free the lock whoever holds it (an operator's action, logged): it goes
+        to the next waiter as on any release; the holder's next release or
+        extend fails, and its watchdog reports it lost. Returns the shortened
+        token of the hold it ended, ``None`` when it was free."""
+    def queues(self, prefix: str | None = None, *, limit: int = 100) -> _QueueListing:
+        """The queues whose names start with ``prefix``, at most ``limit``, by
+        name, with their counts (queues whose tasks are all in flight or dead
+        included)."""
+    def queues_named(self, names: Iterable[str]) -> list[_QueueInfo]:
+        """The counts of the queues ``names``: one pipelined round trip."""
+    def queue(self, name: str) -> _QueueInfo:
+        """One queue's counts: one round trip."""
+    def in_flight(self, name: str, *, offset: int = 0, count: int = 100) -> _InFlightPage:
+        """A page of the queue's reservations, earliest deadline first."""
+
+def set_slow_acquire(seconds: float | None) -> None:
+    """Log (``ferrolock.lock``, WARNING) acquires that waited longer than
+    ``seconds`` (default 1.0); ``None`` turns it off."""
+
+def _enable_events(on: bool) -> None:
+    """Start (or stop) keeping this process's events for ``_wait_events``."""
+
+def _wait_events(timeout: float) -> list[tuple[str, str, str, str, int, float, float]]:
+    """Wait up to ``timeout`` s (GIL released) for events:
+    ``(kind, level, message, name, lock_id, seconds, at)`` each."""
+
+def _wake_events() -> None:
+    """End a ``_wait_events`` under way."""
+
+class _Histogram(TypedDict):
+    cumulative: list[int]
+    count: int
+    sum: float
+
+class _Metrics(TypedDict):
+    buckets: list[float]
+    lock_wait: _Histogram
+    lock_hold: _Histogram
+    acquires_missed: int
+    locks_lost: int
+    forced_releases: int
+    dead_lettered: int
+    settlements_pending: int
+    events_dropped: int
+
+def _metrics() -> _Metrics:
+    """This process's lock figures (``ferrolock.metrics``)."""
 
 # -- asyncio (python/src/aio.rs; the public API is ferrolock.aio) -------------------------
 

@@ -12,6 +12,7 @@ handler runs) is the native ``_Worker``. Calls go one way: from here into
 
 from __future__ import annotations
 
+import inspect
 import logging
 import signal
 import threading
@@ -19,7 +20,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any, Protocol, final
 
-from ferrolock import _native
+from ferrolock import _events, _native
 
 __all__ = ["Queue"]
 
@@ -100,6 +101,18 @@ class Queue(_native.Queue):
 
     __slots__ = ()
     __module__ = "ferrolock"
+
+    def __init__(self, name: str, **settings: Any) -> None:
+        # The settings were read by the native __new__; this starts the
+        # listener of the core's events (dead letters are logged).
+        _events.start()
+
+    # What help() and inspect show: the native constructor's settings and
+    # defaults (the core's), not this __init__'s catch-all.
+    try:
+        __signature__ = inspect.signature(_native.Queue)
+    except ValueError:  # Python 3.9 reads no signature of a native class
+        pass
 
     def work(
         self,

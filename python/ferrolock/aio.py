@@ -170,7 +170,9 @@ class _AsyncForms:
 @final
 class Lock(_AsyncForms):
     """An asyncio lock on one Redis deployment: ``ferrolock.Lock`` with
-    awaitable methods (same arguments, same keys; see there)."""
+    awaitable methods (same arguments, same keys; see there). ``on_lost`` is
+    called with the sync lock it wraps (:attr:`sync`), from a background
+    thread: to act on the loop, use ``loop.call_soon_threadsafe``."""
 
     __slots__ = ()
 
@@ -187,11 +189,12 @@ class Lock(_AsyncForms):
         prefix: str = _native.DEFAULT_LOCK_PREFIX,
         min_replicas: int = 0,
         legacy_interop: bool | None = None,
+        on_lost: Callable[[_lock.Lock], object] | None = None,
     ) -> None:
         self._wrap(_lock.Lock(
             name, ttl=ttl, timeout=timeout, auto_renew=auto_renew, reentrant=reentrant,
             fair=fair, url=url, prefix=prefix, min_replicas=min_replicas,
-            legacy_interop=legacy_interop,
+            legacy_interop=legacy_interop, on_lost=on_lost,
         ))
 
     @classmethod

@@ -13,6 +13,7 @@ mod convert;
 mod errors;
 mod green;
 mod lock;
+mod ops;
 mod queue;
 
 use pyo3::prelude::*;
@@ -43,5 +44,11 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<queue::PyQueue>()?;
     m.add_class::<queue::PyTask>()?;
     m.add_class::<queue::PyWorker>()?;
+    m.add_class::<ops::PyInspector>()?;
+    m.add_function(wrap_pyfunction!(ops::enable_events, m)?)?;
+    m.add_function(wrap_pyfunction!(ops::wait_events, m)?)?;
+    m.add_function(wrap_pyfunction!(ops::wake_events, m)?)?;
+    m.add_function(wrap_pyfunction!(ops::set_slow_acquire, m)?)?;
+    m.add_function(wrap_pyfunction!(ops::metrics_snapshot, m)?)?;
     Ok(())
 }

@@ -252,10 +252,10 @@ impl PyLock {
     #[pyo3(
         signature = (name, *, ttl = DEFAULT_TTL.as_secs_f64(), timeout = None, auto_renew = true,
                      reentrant = false, fair = false, url = None, prefix = DEFAULT_LOCK_PREFIX.into(),
-                     min_replicas = 0, legacy_interop = None),
+                     min_replicas = 0, legacy_interop = None, on_lost = None),
         text_signature = "(name, *, ttl=30.0, timeout=None, auto_renew=True, reentrant=False, \
                           fair=False, url=None, prefix='Lock:', min_replicas=0, \
-                          legacy_interop=None)"
+                          legacy_interop=None, on_lost=None)"
     )]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -269,7 +269,17 @@ impl PyLock {
         #[pyo3(from_py_with = arg::prefix)] prefix: Vec<u8>,
         #[pyo3(from_py_with = arg::min_replicas)] min_replicas: i64,
         #[pyo3(from_py_with = arg::legacy_interop)] legacy_interop: Option<bool>,
+        on_lost: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyClassInitializer<Self>> {
+        // Kept by the package (`ferrolock/_events.py`, from `Lock.__init__`),
+        // which calls it when the core reports this lock object lost.
+        if let Some(hook) = on_lost.filter(|h| !h.is_none() && !h.is_callable()) {
+            return Err(crate::errors::type_error(
+                "on_lost",
+                "callable or None",
+                hook,
+            ));
+        }
         let name = str_bytes(name, "name")?;
         let mut opts = LockOptions::default();
         opts.ttl = validate::seconds(ttl, "ttl", true).py()?;
@@ -312,6 +322,12 @@ impl PyLock {
                 }
             },
         )
+    }
+
+    /// This object's id in the core's events (`ferrolock/_events.py`).
+    #[getter]
+    fn _id(&self) -> u64 {
+        self.single.id()
     }
 
     /// Remaining TTL of the key in seconds, whoever holds it (`None`: not

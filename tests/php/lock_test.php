@@ -219,3 +219,31 @@ $n = uniq('outlive');
 assert($r->exists("Lock:$n") === 1, 'still locked after the object is gone');
 $r->del("Lock:$n");
 ok('locks outlive their object');
+
+// A signal whose handler does not restart system calls (pcntl_signal with
+// $restart_syscalls = false; SIGALRM from pcntl_alarm) arriving while lock()
+// and unlock() wait for their replies: the read goes on, the calls succeed,
+// and the handler runs (issue 24.1: no signal mask around round trips).
+if (function_exists('pcntl_signal') && function_exists('pcntl_alarm')) {
+    $n = uniq('alarm');
+    $alarms = 0;
+    pcntl_async_signals(true);
+    $previous = pcntl_signal_get_handler(SIGALRM);
+    pcntl_signal(SIGALRM, function () use (&$alarms) { $alarms++; }, false);
+    $l = new RedisLock();
+    foreach (['lock', 'unlock'] as $call) {
+        $r->rawCommand('CLIENT', 'PAUSE', '1300', 'WRITE'); // the reply takes 1.3 s
+        pcntl_alarm(1);
+        $t0 = microtime(true);
+        $got = $call === 'lock' ? $l->lock($n, 0, 30) : $l->unlock($n);
+        assert($got === true, "$call failed under SIGALRM");
+        assert(microtime(true) - $t0 > 1.0, "$call waited for the paused server");
+        if ($call === 'lock') {
+            assert(strlen((string)$r->get("Lock:$n")) > 0, 'the lock is held');
+        }
+    }
+    assert($alarms === 2, "the handler ran for each alarm ($alarms)");
+    assert($r->exists("Lock:$n") === 0, 'released');
+    pcntl_signal(SIGALRM, $previous);
+    ok('a signal during a round trip neither fails the call nor loses its effect');
+}

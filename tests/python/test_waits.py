@@ -82,7 +82,7 @@ def test_waits_ride_out_a_kill_and_a_restart_of_the_server():
             lock = Lock("restart", url=url, auto_renew=False)
             try:
                 ok = lock.acquire(timeout=10)
-            except Exception as e:  # noqa: BLE001 - the test reports it
+            except Exception as e:
                 results[f"waiter {i}"] = e
                 return
             got.append(ok)
@@ -93,7 +93,7 @@ def test_waits_ride_out_a_kill_and_a_restart_of_the_server():
         def consumer() -> None:
             try:
                 results["task"] = queue.reserve(wait=40)
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 results["task"] = e
 
         threads = [threading.Thread(target=waiter, args=(i,)) for i in range(50)]
@@ -128,7 +128,7 @@ def test_a_wait_fails_at_its_deadline_if_the_server_stays_away():
         def wait() -> None:
             try:
                 lock.acquire(timeout=3)
-            except BaseException as e:  # noqa: BLE001
+            except BaseException as e:
                 failure.append(e)
 
         t = threading.Thread(target=wait)

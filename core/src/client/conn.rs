@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use redis::{Cmd, ConnectionInfo, ConnectionLike, RedisResult, Value};
 
+use super::wire::Wire;
 use crate::config::Config;
 
 /// How much longer than asked a socket timeout may stay (see
@@ -28,7 +29,12 @@ pub(crate) struct Conn {
 
 /// The connection of either kind inside a [`Conn`].
 pub(crate) enum Link {
-    /// One server (standalone or the Sentinel master).
+    /// One server (standalone or the Sentinel master) over plain TCP or a
+    /// Unix socket, RESP2: ferrolock's own connection, whose reads ride out
+    /// signals (see `wire.rs`).
+    Plain(Wire),
+    /// One server over TLS, or speaking RESP3: the redis crate's connection
+    /// (its round trips run with signals deferred, see `signals.rs`).
     Single(redis::Connection),
     /// A cluster connection (routes by key, follows MOVED/ASK).
     Cluster(Box<redis::cluster::ClusterConnection>),
@@ -45,10 +51,27 @@ impl Conn {
         self.timeout
     }
 
-    /// The connection inside, for what differs by kind (pipelines, a PING
-    /// in front of a script).
+    /// The connection inside, for what differs by kind (pipelines).
     pub(crate) fn link(&mut self) -> &mut Link {
         &mut self.link
+    }
+
+    /// The connection to one server inside (not a cluster's), for commands
+    /// sent in one write and read one by one (a PING in front of a script,
+    /// a pipeline).
+    pub(crate) fn single(&mut self) -> Option<&mut dyn Packed> {
+        match &mut self.link {
+            Link::Plain(w) => Some(w),
+            Link::Single(c) => Some(c),
+            Link::Cluster(_) => None,
+        }
+    }
+
+    /// Whether a signal arriving during a round trip would cut it short:
+    /// the redis crate's connections, whose round trips must then run with
+    /// signals deferred (see `signals.rs`). Ours reads on (`wire.rs`).
+    pub(super) fn defers_signals(&self) -> bool {
+        !matches!(self.link, Link::Plain(_))
     }
 
     /// Sets the socket read and write timeouts to `timeout` unless they are
@@ -60,7 +83,8 @@ impl Conn {
         if timeout <= self.timeout && self.timeout - timeout < TIMEOUT_SLACK {
             return Ok(());
         }
-        match &self.link {
+        match &mut self.link {
+            Link::Plain(w) => w.set_timeout(timeout)?,
             Link::Single(c) => {
                 c.set_read_timeout(Some(timeout))?;
                 c.set_write_timeout(Some(timeout))?;
@@ -76,6 +100,7 @@ impl Conn {
 
     fn inner(&mut self) -> &mut dyn ConnectionLike {
         match &mut self.link {
+            Link::Plain(w) => w,
             Link::Single(c) => c,
             Link::Cluster(c) => c.as_mut(),
         }
@@ -83,6 +108,7 @@ impl Conn {
 
     fn inner_ref(&self) -> &dyn ConnectionLike {
         match &self.link {
+            Link::Plain(w) => w,
             Link::Single(c) => c,
             Link::Cluster(c) => c.as_ref(),
         }
@@ -126,6 +152,33 @@ impl ConnectionLike for Conn {
     }
 }
 
+/// A connection to one server that takes commands packed by the caller and
+/// hands back their replies one by one (for commands sent in one write).
+pub(crate) trait Packed {
+    /// Writes `bytes` (one or more packed commands).
+    fn send_packed(&mut self, bytes: &[u8]) -> RedisResult<()>;
+    /// Reads the next reply.
+    fn recv(&mut self) -> RedisResult<Value>;
+}
+
+impl Packed for Wire {
+    fn send_packed(&mut self, bytes: &[u8]) -> RedisResult<()> {
+        Wire::send_packed(self, bytes)
+    }
+    fn recv(&mut self) -> RedisResult<Value> {
+        Wire::recv(self)
+    }
+}
+
+impl Packed for redis::Connection {
+    fn send_packed(&mut self, bytes: &[u8]) -> RedisResult<()> {
+        self.send_packed_command(bytes)
+    }
+    fn recv(&mut self) -> RedisResult<Value> {
+        self.recv_response()
+    }
+}
+
 /// A client for one server, with our socket options and TLS certificates.
 ///
 /// Its connections skip `CLIENT SETINFO` (two more replies in the
@@ -161,6 +214,24 @@ pub(super) fn tcp_settings() -> redis::io::tcp::TcpSettings {
     redis::io::tcp::TcpSettings::default()
         .set_nodelay(true)
         .set_linger_time(Duration::ZERO)
+}
+
+/// A data connection to the server of `client` (see [`open`]): our own
+/// ([`Wire`]) when it is plain (TCP or a Unix socket, RESP2), else the
+/// redis crate's.
+pub(super) fn open_link(
+    client: &redis::Client,
+    config: &Config,
+    connect_timeout: Duration,
+) -> RedisResult<Link> {
+    match Wire::open(
+        client.get_connection_info(),
+        connect_timeout,
+        config.command_timeout,
+    ) {
+        Some(wire) => wire.map(Link::Plain),
+        None => open(client, config, connect_timeout).map(Link::Single),
+    }
 }
 
 /// Connects `client` within `connect_timeout`, with the command timeout set

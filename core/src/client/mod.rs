@@ -11,22 +11,25 @@
 //! connections, on the right node).
 
 pub(crate) mod conn;
+mod nodes;
 mod pool;
 mod replicas;
 mod sentinel;
 pub(crate) mod subscriber;
 mod topology;
+mod wire;
 
 use std::cell::Cell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Once};
 use std::time::{Duration, Instant};
 
 use redis::{FromRedisValue, RedisResult};
 
 use self::conn::{
-    Conn, Link, install_crypto_provider, is_failover, is_stale, may_have_run, open, single_client,
+    Conn, Link, install_crypto_provider, is_failover, is_stale, may_have_run, open_link,
+    single_client,
 };
 use self::pool::Pool;
 use self::sentinel::{MasterView, Next};
@@ -60,7 +63,17 @@ struct Inner {
     /// The [`CONNECTS`] number of the last connection this client opened
     /// (0: none yet).
     last_connect: AtomicU64,
+    /// Whether the server has `SET … IFEQ` ([`Client::has_set_ifeq`]): one
+    /// of the `IFEQ_*` values.
+    set_ifeq: AtomicU8,
 }
+
+/// Not known yet: asked on the next new connection.
+const IFEQ_UNKNOWN: u8 = 0;
+/// The server has `SET … IFEQ`.
+const IFEQ_YES: u8 = 1;
+/// It has not (or it is a cluster, whose nodes are not asked).
+const IFEQ_NO: u8 = 2;
 
 enum Backend {
     Single(redis::Client),
@@ -141,6 +154,7 @@ impl Client {
                 backend,
                 pool: Pool::new(sentinel),
                 last_connect: AtomicU64::new(0),
+                set_ifeq: AtomicU8::new(IFEQ_UNKNOWN),
             }),
         })
     }
@@ -207,6 +221,38 @@ impl Client {
     /// identity (`INFO server`) only when this moved past its last check.
     pub(crate) fn last_connect(&self) -> u64 {
         self.inner.last_connect.load(Ordering::Acquire)
+    }
+
+    /// True when the server has `SET key value IFEQ value PX ms` (Valkey
+    /// 8.1 and later, Redis 8.4 and later), as the first connection found
+    /// (`INFO server`; asked again after a Sentinel failover). A token-checked
+    /// extend is then one native command instead of a script. False until a
+    /// connection was made, and on a cluster.
+    pub(crate) fn has_set_ifeq(&self) -> bool {
+        self.inner.set_ifeq.load(Ordering::Acquire) == IFEQ_YES
+    }
+
+    /// On a new connection, while it is not known: asks the server whether
+    /// it has `SET … IFEQ` (see [`Client::has_set_ifeq`]). A server that
+    /// refuses `INFO` (an ACL) is taken not to. The reply is awaited within
+    /// `budget`, the connect's.
+    fn probe_set_ifeq(&self, conn: &mut Conn, budget: Budget) -> redis::RedisResult<()> {
+        if self.inner.set_ifeq.load(Ordering::Acquire) != IFEQ_UNKNOWN {
+            return Ok(());
+        }
+        conn.fit_timeout(budget.cap(self.inner.config.command_timeout))?;
+        if matches!(self.inner.backend, Backend::Cluster(_)) {
+            self.inner.set_ifeq.store(IFEQ_NO, Ordering::Release);
+            return Ok(());
+        }
+        let found = match redis::cmd("INFO").arg("server").query::<String>(conn) {
+            Ok(info) if has_set_ifeq(&info) => IFEQ_YES,
+            Ok(_) => IFEQ_NO,
+            Err(e) if !may_have_run(&e) => IFEQ_NO,
+            Err(e) => return Err(e),
+        };
+        self.inner.set_ifeq.store(found, Ordering::Release);
+        Ok(())
     }
 
     /// The time allowed for one command (subscription replies included).
@@ -343,7 +389,11 @@ impl Client {
         op: &mut impl FnMut(&mut Conn) -> RedisResult<T>,
     ) -> RedisResult<T> {
         conn.fit_timeout(budget.cap(self.inner.config.command_timeout))?;
-        deferring_signals(|| op(conn))
+        if conn.defers_signals() {
+            deferring_signals(|| op(conn))
+        } else {
+            op(conn)
+        }
     }
 
     /// The error of a call whose budget is spent before a round trip could
@@ -374,17 +424,7 @@ impl Client {
             // The first reply of a new connection is not RESP: the peer is
             // not a Redis server (an HTTP server, a proxy's error page, a
             // TLS port spoken to in plain text), so nothing ran.
-            return Error::new(
-                ErrorKind::Connection,
-                format!(
-                    "{context}: connection error: the server at {} does not speak the Redis \
-                     protocol (its reply could not be read as one: {}); is the URL's host \
-                     and port those of a Redis server, and its scheme (redis:// or \
-                     rediss://) right?",
-                    self.redacted_url(),
-                    e.to_string().lines().next().unwrap_or_default()
-                ),
-            );
+            return self.not_redis(&e).context(context);
         }
         // A server error reply leaves the connection usable; anything else
         // (I/O, timeout, protocol) leaves it in an unknown state.
@@ -418,6 +458,20 @@ impl Client {
         } else {
             err
         }
+    }
+
+    /// The error of a new connection whose first reply (`e`) is not RESP.
+    fn not_redis(&self, e: &redis::RedisError) -> Error {
+        Error::new(
+            ErrorKind::Connection,
+            format!(
+                "connection error: the server at {} does not speak the Redis protocol (its \
+                 reply could not be read as one: {}); is the URL's host and port those of a \
+                 Redis server, and its scheme (redis:// or rediss://) right?",
+                self.redacted_url(),
+                e.to_string().lines().next().unwrap_or_default()
+            ),
+        )
     }
 
     /// A connection, whether it was pooled, and the pool's epoch when it
@@ -460,30 +514,51 @@ impl Client {
         let cfg = &self.inner.config;
         let ctx = cfg.redacted_url();
         let connect_timeout = budget.cap(cfg.connect_timeout);
-        let link = match &self.inner.backend {
-            Backend::Single(client) => open(client, cfg, connect_timeout).map(Link::Single),
-            Backend::Sentinel => {
-                let client = self.master_client()?;
-                open(&client, cfg, connect_timeout).map(Link::Single)
-            }
-            Backend::Cluster(client) => client.get_connection().map(|c| Link::Cluster(Box::new(c))),
-        };
-        let conn = link
-            .map(|link| Conn::new(link, cfg.command_timeout))
-            .map_err(|e| {
-                if e.is_timeout() {
-                    Error::with_source(
-                        ErrorKind::Timeout,
-                        format!(
-                            "{ctx}: timed out: no connection within {}",
-                            which_timeout(connect_timeout, cfg.connect_timeout, "connect")
-                        ),
-                        e,
-                    )
-                } else {
-                    Error::from_redis(ctx, e)
+        let open = || -> Result<redis::RedisResult<Conn>> {
+            let link = match &self.inner.backend {
+                Backend::Single(client) => open_link(client, cfg, connect_timeout),
+                Backend::Sentinel => {
+                    let client = self.master_client()?;
+                    open_link(&client, cfg, connect_timeout)
                 }
-            })?;
+                Backend::Cluster(client) => {
+                    client.get_connection().map(|c| Link::Cluster(Box::new(c)))
+                }
+            };
+            Ok(link.map(|link| Conn::new(link, cfg.command_timeout)))
+        };
+        let conn = match open()? {
+            Ok(mut conn) => match self.probe_set_ifeq(&mut conn, budget) {
+                Ok(()) => Ok(conn),
+                // Not a Redis server, or one that does not answer: said below.
+                Err(e) if e.kind() == redis::ErrorKind::Parse || e.is_timeout() => Err(e),
+                // The probe's connection dropped: the caller's command was
+                // not sent; it goes on a new connection, and the next
+                // connection asks again.
+                Err(_) => {
+                    drop(conn);
+                    open()?
+                }
+            },
+            Err(e) => Err(e),
+        };
+        let conn = conn.map_err(|e| {
+            if e.kind() == redis::ErrorKind::Parse {
+                // The handshake's or the probe's reply is not RESP.
+                self.not_redis(&e)
+            } else if e.is_timeout() {
+                Error::with_source(
+                    ErrorKind::Timeout,
+                    format!(
+                        "{ctx}: timed out: no connection within {}",
+                        which_timeout(connect_timeout, cfg.connect_timeout, "connect")
+                    ),
+                    e,
+                )
+            } else {
+                Error::from_redis(ctx, e)
+            }
+        })?;
         let number = CONNECTS.fetch_add(1, Ordering::AcqRel) + 1;
         self.inner.last_connect.fetch_max(number, Ordering::AcqRel);
         Ok(conn)
@@ -530,11 +605,31 @@ impl Client {
             // and the releases it confirmed lately may be lost with it.
             idle.invalidate();
             pool.moves.fetch_add(1, Ordering::AcqRel);
+            // The new master may be another server version.
+            self.inner.set_ifeq.store(IFEQ_UNKNOWN, Ordering::Release);
             let replays = std::mem::take(&mut idle.replays);
             drop(idle);
             self.replay(replays);
         }
         client
+    }
+}
+
+/// Whether the server whose `INFO server` reads `info` has `SET … IFEQ`:
+/// Valkey 8.1 or later (`valkey_version`; Valkey reports a `redis_version`
+/// of 7.2.4 for compatibility), Redis 8.4 or later.
+fn has_set_ifeq(info: &str) -> bool {
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(|v| {
+                let mut parts = v.trim().split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+                (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+            })
+    };
+    match field("valkey_version") {
+        Some(v) => v >= (8, 1),
+        None => field("redis_version").is_some_and(|v| v >= (8, 4)),
     }
 }
 
@@ -623,10 +718,34 @@ impl Client {
     }
 }
 
-/// Runs one round trip with signals deferred: a signal must not cut it short,
-/// Redis would have run the command and its reply would be lost (see
-/// `signals.rs`). Connecting is left interruptible: nothing was sent yet.
+/// Runs one round trip on a connection of the redis crate (TLS, RESP3, a
+/// cluster) with signals deferred: a signal must not cut it short, Redis
+/// would have run the command and its reply would be lost (see
+/// `signals.rs`). Our own plain connections need no such guard: their reads
+/// go on after a signal (`wire.rs`). Connecting is left interruptible:
+/// nothing was sent yet.
 fn deferring_signals<T>(op: impl FnOnce() -> T) -> T {
     let _signals = crate::signals::Deferred::new();
     op()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::has_set_ifeq;
+
+    #[test]
+    fn set_ifeq_is_found_on_valkey_8_1_and_redis_8_4() {
+        let valkey = |v: &str| {
+            format!(
+                "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:{v}\r\n"
+            )
+        };
+        assert!(has_set_ifeq(&valkey("8.1.8")));
+        assert!(has_set_ifeq(&valkey("9.0.0")));
+        assert!(!has_set_ifeq(&valkey("8.0.2")));
+        assert!(has_set_ifeq("# Server\r\nredis_version:8.4.0\r\n"));
+        assert!(!has_set_ifeq("# Server\r\nredis_version:8.2.1\r\n"));
+        assert!(!has_set_ifeq("# Server\r\nredis_version:7.0.15\r\n"));
+        assert!(!has_set_ifeq(""));
+    }
 }

@@ -76,6 +76,17 @@ impl SlotMap {
         Self(out)
     }
 
+    /// Every master serving slots, once each, in slot order.
+    pub(super) fn masters(&self) -> Vec<Node> {
+        let mut out: Vec<Node> = Vec::new();
+        for (_, _, node) in &self.0 {
+            if !out.contains(node) {
+                out.push(node.clone());
+            }
+        }
+        out
+    }
+
     /// The master serving `slot`.
     pub(super) fn node(&self, slot: u16) -> Option<Node> {
         self.0

@@ -4,7 +4,9 @@
 //! The owner is the lock object (its current token), not a thread: one
 //! object may be acquired in one thread and released in another, and PHP's
 //! `RedisLock` keeps one per name. Every acquisition gets a fresh random token
-//! (UUID v4 from the OS RNG), so a stale release can never free a later hold.
+//! (UUID v4 from a per-thread CSPRNG seeded by the OS, see
+//! [`new_token`](crate::keys::new_token)), so a stale release can never
+//! free a later hold.
 //!
 //! The rooms: this file (the [`DistributedLock`] trait both kinds implement,
 //! [`LockOptions`] and the defaults, and the script calls both kinds make),
@@ -18,6 +20,7 @@ pub(crate) mod redlock;
 pub(crate) mod single;
 pub(crate) mod waiter;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::budget::Budget;
@@ -253,6 +256,97 @@ pub(crate) fn extend_call(k: &LockKeys, token: &str, ttl_ms: u64) -> Call {
         .call(&[&k.lock, &k.fence])
         .arg(token)
         .arg(ttl_ms)
+}
+
+/// How long the extend script keeps the fencing counter past the hold (its
+/// `+ 60000`, and `next_fence`'s).
+const FENCE_KEPT: Duration = Duration::from_secs(60);
+
+/// How long the fencing counter outlives the hold at least, between two
+/// extends by script.
+const FENCE_MARGIN: Duration = Duration::from_secs(30);
+
+/// The token-checked extends of one hold (explicit ones and the watchdog's
+/// renewals).
+///
+/// Where the server has it (Valkey 8.1+, Redis 8.4+: see
+/// [`Client::has_set_ifeq`]), an extend is one native command,
+/// `SET lock token IFEQ token PX ttl`, instead of the extend script: the
+/// same compare-and-set of the TTL, without a script run. The script also
+/// keeps the fencing counter alive (it must outlive the hold, `next_fence`
+/// in `prelude.lua`): so the native command is used only while the counter
+/// is known to live at least [`FENCE_MARGIN`] past the new expiry (known
+/// from the last confirmed extend by script: sent then, it lives until
+/// [`FENCE_KEPT`] after that extend's expiry at least). The first renewal
+/// of a hold, and one in every few after it, run the script. Nothing here
+/// wakes waiters or touches another key, which stay the scripts' work.
+pub(crate) struct Extender {
+    keys: LockKeys,
+    token: String,
+    /// The fencing counter lives at least until then: nanoseconds since
+    /// [`Extender::origin`]; 0 while not known.
+    fence_until: AtomicU64,
+    origin: Instant,
+}
+
+impl Extender {
+    /// The extends of `token`'s hold of the lock of `keys`.
+    pub(crate) fn new(keys: LockKeys, token: String) -> Self {
+        Self {
+            keys,
+            token,
+            fence_until: AtomicU64::new(0),
+            origin: Instant::now(),
+        }
+    }
+
+    /// The call that sets the hold's remaining TTL to `ttl_ms`, sent now
+    /// on `client`: native where the server has it and the fencing counter
+    /// needs no renewal, else the script. Its reply reads through
+    /// [`Extender::answer`].
+    pub(crate) fn call(&self, client: &Client, ttl_ms: u64) -> Call {
+        let expiry = Instant::now() + Duration::from_millis(ttl_ms) + FENCE_MARGIN;
+        let known = self.fence_until.load(Ordering::Acquire);
+        let fence_lives = known != 0
+            && u64::try_from(expiry.saturating_duration_since(self.origin).as_nanos())
+                .is_ok_and(|at| at <= known);
+        if fence_lives && client.has_set_ifeq() {
+            let mut cmd =
+                redis::Cmd::with_capacity(8, self.keys.lock.len() + 2 * self.token.len() + 32);
+            cmd.arg("SET")
+                .arg(&self.keys.lock)
+                .arg(&self.token)
+                .arg("IFEQ")
+                .arg(&self.token)
+                .arg("PX")
+                .arg(ttl_ms);
+            return Call::native(cmd);
+        }
+        extend_call(&self.keys, &self.token, ttl_ms)
+    }
+
+    /// `call` (made by [`Extender::call`] with `ttl_ms`, sent at `sent`)
+    /// extended the hold.
+    pub(crate) fn confirmed(&self, call: &Call, sent: Instant, ttl_ms: u64) {
+        if call.is_script() {
+            let lives = sent + Duration::from_millis(ttl_ms) + FENCE_KEPT;
+            let at = u64::try_from(lives.saturating_duration_since(self.origin).as_nanos())
+                .unwrap_or(u64::MAX);
+            self.fence_until.fetch_max(at, Ordering::AcqRel);
+        }
+    }
+
+    /// What an extend's reply says: `Some(true)` extended, `Some(false)`
+    /// the hold is not ours; `None` for any other reply. The script answers
+    /// 1 or 0, `SET … IFEQ` OK or nil.
+    pub(crate) fn answer(reply: &redis::Value) -> Option<bool> {
+        match reply {
+            redis::Value::Int(1) | redis::Value::Okay => Some(true),
+            redis::Value::Int(0) | redis::Value::Nil => Some(false),
+            redis::Value::SimpleString(s) if s == "OK" => Some(true),
+            _ => None,
+        }
+    }
 }
 
 /// The script that deregisters `waiter` (which waited with `token` for a

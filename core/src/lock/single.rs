@@ -2,20 +2,21 @@
 //! master or a Cluster).
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::fence::{self, Fence};
 use super::waiter::{LockWaiter, Trail};
 use super::{
-    Abandon, DistributedLock, LockOptions, ReleaseHold, Tried, acquire_call, extend_call, legacy,
-    not_owned, release_call, release_call_with_turns,
+    Abandon, DistributedLock, Extender, LockOptions, ReleaseHold, Tried, acquire_call, extend_call,
+    legacy, not_owned, release_call, release_call_with_turns,
 };
 use crate::budget::Budget;
 use crate::client::Client;
-use crate::client::conn::Link;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::{LockKeys, label, new_token};
+use crate::ops::LockRef;
 use crate::scripts::Call;
 use crate::settle;
 use crate::sync::LockUnpoisoned;
@@ -38,6 +39,8 @@ pub struct Lock {
     label: String,
     opts: LockOptions,
     state: Mutex<State>,
+    /// This object, as events and lost-lock hooks name it (`ops`).
+    me: LockRef,
 }
 
 impl std::fmt::Debug for Lock {
@@ -59,6 +62,10 @@ struct Held {
     pid: u32,
     depth: u32,
     lease: Option<Arc<Lease>>,
+    /// When it was taken (the hold time metric).
+    since: Instant,
+    /// Its extends (shared with the watchdog's renewals).
+    extender: Arc<Extender>,
     /// Taken after waiting: others probably wait too, and the release will
     /// likely hand the lock over (see [`Lock::release_token`]).
     waited: bool,
@@ -111,6 +118,7 @@ impl Lock {
         validate::name(name, "lock name")?;
         validate::lifetime(opts.ttl, "ttl")?;
         validate::interval(opts.recheck, "recheck interval")?;
+        static IDS: AtomicU64 = AtomicU64::new(1);
         Ok(Self {
             client: client.clone(),
             keys: LockKeys::new(&opts.prefix, name),
@@ -118,7 +126,18 @@ impl Lock {
             name: name.to_vec(),
             opts,
             state: Mutex::new(State::default()),
+            me: LockRef {
+                id: IDS.fetch_add(1, Ordering::Relaxed),
+                name: name.to_vec(),
+                label: label("lock", name),
+            },
         })
+    }
+
+    /// This object's id, unique in the process: what events about it
+    /// ([`ferrolock::ops::events`](crate::ops::events)) name it by.
+    pub fn id(&self) -> u64 {
+        self.me.id
     }
 
     /// A lock on `name` that adopts the hold of `token`: an owner token
@@ -147,10 +166,11 @@ impl Lock {
                 lock.not_owned("the token does not hold it (expired, released or taken over)")
             );
         }
+        let extender = Arc::new(Extender::new(lock.keys.clone(), token.to_owned()));
         let lease = lock.opts.auto_renew.then(|| {
             let renew = Box::new(RenewHold {
-                keys: lock.keys.clone(),
-                token: token.to_owned(),
+                extender: extender.clone(),
+                me: lock.me.clone(),
             });
             let lease = Lease::new(lock.client.clone(), renew, lock.opts.ttl);
             watchdog::register(lease.clone());
@@ -165,6 +185,8 @@ impl Lock {
             pid: crate::fork::current_pid(),
             depth: 1,
             lease,
+            since: Instant::now(),
+            extender,
             waited: false,
             valid_until: sent + left,
             ttl: lock.opts.ttl,
@@ -321,6 +343,7 @@ impl Lock {
                 if trail.unsure.get() {
                     let _ = self.abandon(&token, budget);
                 }
+                crate::ops::metrics::count(&crate::ops::metrics::ACQUIRES_MISSED);
                 return Ok(false);
             }
             Err(e) => {
@@ -347,10 +370,12 @@ impl Lock {
         if self.opts.min_replicas > 0 {
             self.confirm_replicas(&token, budget)?;
         }
+        crate::ops::acquired(&self.me, trail.started.elapsed());
+        let extender = Arc::new(Extender::new(self.keys.clone(), token.clone()));
         let lease = self.opts.auto_renew.then(|| {
             let renew = Box::new(RenewHold {
-                keys: self.keys.clone(),
-                token: token.clone(),
+                extender: extender.clone(),
+                me: self.me.clone(),
             });
             let lease = Lease::new(self.client.clone(), renew, self.opts.ttl);
             watchdog::register(lease.clone());
@@ -366,6 +391,8 @@ impl Lock {
             pid: crate::fork::current_pid(),
             depth: 1,
             lease,
+            since: Instant::now(),
+            extender,
             waited,
             valid_until: sent + self.opts.ttl,
             ttl: self.opts.ttl,
@@ -684,8 +711,8 @@ impl Lock {
         };
         let released: i64 = self
             .client
-            .run_noting(budget, &self.label, maybe_ran, |c| match c.link() {
-                Link::Single(con) if hand_over => call.query_behind_ping(con),
+            .run_noting(budget, &self.label, maybe_ran, |c| match c.single() {
+                Some(con) if hand_over => call.query_behind_ping(con),
                 _ => call.query(c),
             })?;
         if let (2, Some(turns)) = (released, turns) {
@@ -753,6 +780,7 @@ impl Lock {
                 }
                 Ok(false) => {
                     self.state.lock_unpoisoned().lost = true;
+                    self.report_lost(&held, "a release found it expired or taken");
                     return Err(self.refused(&held, "the release"));
                 }
                 Err(e) if e.is_transient() => e,
@@ -774,6 +802,7 @@ impl Lock {
     /// (see [`Client::note_release`]; `moves`: the count of master changes
     /// before it was sent).
     fn released(&self, held: &Held, moves: u64) {
+        crate::ops::metrics::LOCK_HOLD.observe(held.since.elapsed());
         self.client.note_release(moves, || {
             Box::new(ReleaseHold {
                 client: self.client.clone(),
@@ -788,6 +817,7 @@ impl Lock {
     /// Hands the release of `held` to the keeper after the call ran out of
     /// time with `e`; the error the caller gets.
     fn release_later(&self, held: &Held, e: Error) -> Error {
+        crate::ops::metrics::LOCK_HOLD.observe(held.since.elapsed());
         // The key expires by its TTL at the latest: the last renewal or
         // extend was sent before now.
         let settlement = Box::new(ReleaseHold {
@@ -802,6 +832,15 @@ impl Lock {
             "the release is completed in the background once the server answers \
              (the key expires by its TTL at the latest); this object no longer holds the lock",
         )
+    }
+
+    /// Reports `held` lost (`why`) when a release or extend found it so:
+    /// once per hold, whether the watchdog or a call finds it first.
+    fn report_lost(&self, held: &Held, why: &str) {
+        match &held.lease {
+            Some(lease) => lease.report_lost(why, false),
+            None => crate::ops::lock_lost(&self.me, why, false),
+        }
     }
 
     /// True when the client's master changed since `held` was taken (a
@@ -871,23 +910,36 @@ impl Lock {
             Some(ttl) => validate::lifetime(ttl, "ttl")?,
             None => self.opts.ttl,
         };
-        let token = {
+        let (token, extender) = {
             let mut st = self.state.lock_unpoisoned();
             match st.held_here() {
-                Some(h) => h.token.clone(),
+                Some(h) => (h.token.clone(), h.extender.clone()),
                 None => return Err(self.not_held(&st)),
             }
         };
-        let call = extend_call(&self.keys, &token, validate::millis(ttl));
+        let ttl_ms = validate::millis(ttl);
         let budget = self.client.one_call();
         let mut pause = FIRST_RETRY_PAUSE;
         let (extended, sent) = loop {
+            let call = extender.call(&self.client, ttl_ms);
             let sent = Instant::now();
-            match self
-                .client
-                .run_within(budget, &self.label, |c| call.query::<i64>(c))
-            {
-                Ok(n) => break (n == 1, sent),
+            let reply = self.client.run_within(budget, &self.label, |c| {
+                let reply: redis::Value = call.query(c)?;
+                Extender::answer(&reply).ok_or_else(|| {
+                    redis::RedisError::from((
+                        redis::ErrorKind::UnexpectedReturnType,
+                        "an extend answered neither 1/OK nor 0/nil",
+                        format!("{reply:?}"),
+                    ))
+                })
+            });
+            match reply {
+                Ok(extended) => {
+                    if extended {
+                        extender.confirmed(&call, sent, ttl_ms);
+                    }
+                    break (extended, sent);
+                }
                 Err(e) if e.is_transient() && budget.left().is_some_and(|l| l > pause) => {
                     std::thread::sleep(pause);
                     pause = (pause * 2).min(MAX_RETRY_PAUSE);
@@ -909,7 +961,16 @@ impl Lock {
             return Ok(());
         }
         let err = self.refused(h, "the extend");
+        let lease = h.lease.clone();
         st.lost = true;
+        // Reported once the state is unlocked (no mutex of ours is taken
+        // while another is held: see `fork.rs`).
+        drop(st);
+        let why = "an extend found it expired or taken";
+        match lease {
+            Some(lease) => lease.report_lost(why, false),
+            None => crate::ops::lock_lost(&self.me, why, false),
+        }
         Err(err)
     }
 
@@ -1097,12 +1158,20 @@ const _: () = {
 
 /// What the watchdog renews for a held lock: its token-checked extend.
 struct RenewHold {
-    keys: LockKeys,
-    token: String,
+    extender: Arc<Extender>,
+    me: LockRef,
 }
 
 impl Renew for RenewHold {
-    fn call(&self, ttl_ms: u64) -> Call {
-        extend_call(&self.keys, &self.token, ttl_ms)
+    fn call(&self, client: &Client, ttl_ms: u64) -> Call {
+        self.extender.call(client, ttl_ms)
+    }
+
+    fn confirmed(&self, call: &Call, sent: Instant, ttl_ms: u64) {
+        self.extender.confirmed(call, sent, ttl_ms);
+    }
+
+    fn about(&self) -> Option<&LockRef> {
+        Some(&self.me)
     }
 }

@@ -17,14 +17,25 @@ use crate::settle::Settlement;
 use crate::wait::{self, Attempt, Leaving, Step, Ticket, Wait, Waiter};
 
 /// What the round trips of one acquire leave for the lock to know.
-#[derive(Default)]
 pub(super) struct Trail {
+    /// When the acquire started (for the wait time metric).
+    pub started: Instant,
     /// A round trip failed after sending (its outcome is unknown): the token
     /// may hold the lock although the acquire did not learn it.
     pub unsure: Cell<bool>,
     /// When the last attempt that got a reply was sent: a hold granted
     /// after it (by a hand-over message) was written after that instant.
     pub sent: Cell<Option<Instant>>,
+}
+
+impl Default for Trail {
+    fn default() -> Self {
+        Self {
+            started: Instant::now(),
+            unsure: Cell::new(false),
+            sent: Cell::new(None),
+        }
+    }
 }
 
 impl Trail {

@@ -6,7 +6,8 @@ use super::Queue;
 use super::reply::{float, int_at, parse_tasks};
 use super::task::Task;
 use crate::error::Result;
-use crate::scripts::{QUEUE_DEAD, QUEUE_STATS};
+use crate::keys::QueueKeys;
+use crate::scripts::{Call, QUEUE_DEAD, QUEUE_STATS};
 use crate::validate;
 
 /// Dead tasks retried or purged per round trip when all are (each script
@@ -44,23 +45,26 @@ impl Queue {
     /// Counts of due, delayed, in-flight and dead tasks, and the age of the
     /// oldest due task: one round trip, O(log n).
     pub fn stats(&self) -> Result<QueueStats> {
-        let k = &self.keys;
-        let call = QUEUE_STATS.call(&[&k.queue, &k.inflight, &k.dead]);
-        let reply: Vec<Value> = call.run(&self.client, &self.label)?;
-        let n = |i| u64::try_from(int_at(&reply, i)).unwrap_or(0);
-        let age = reply
-            .get(4)
-            .map(float)
-            .transpose()
-            .map_err(|e| e.context(&self.label))?
-            .unwrap_or(0.0);
-        Ok(QueueStats {
-            due: n(0),
-            delayed: n(1),
-            in_flight: n(2),
-            dead: n(3),
-            oldest_due_age: age,
-        })
+        let reply: Vec<Value> = stats_call(&self.keys).run(&self.client, &self.label)?;
+        parse_stats(&reply).map_err(|e| e.context(&self.label))
+    }
+
+    /// A nack of this process sent task `id` to the dead set: counted, and
+    /// reported (`ops::events`).
+    pub(crate) fn dead_lettered(&self, id: &[u8]) {
+        use crate::ops::{events, metrics};
+        metrics::count(&metrics::DEAD_LETTERED);
+        events::emit_with(|| {
+            events::Event::new(
+                events::EventKind::DeadLettered,
+                &self.name,
+                format!(
+                    "{}: task {:?} used its last attempt: moved to the dead set",
+                    self.label,
+                    String::from_utf8_lossy(id)
+                ),
+            )
+        });
     }
 
     /// Up to `count` dead tasks from `offset` on, oldest death first: id,
@@ -129,4 +133,22 @@ impl Queue {
         }
         Ok(done)
     }
+}
+
+/// The stats script's call for the queue of `k` (see [`Queue::stats`]).
+pub(crate) fn stats_call(k: &QueueKeys) -> Call {
+    QUEUE_STATS.call(&[&k.queue, &k.inflight, &k.dead])
+}
+
+/// Reads the stats script's reply.
+pub(crate) fn parse_stats(reply: &[Value]) -> Result<QueueStats> {
+    let n = |i| u64::try_from(int_at(reply, i)).unwrap_or(0);
+    let age = reply.get(4).map(float).transpose()?.unwrap_or(0.0);
+    Ok(QueueStats {
+        due: n(0),
+        delayed: n(1),
+        in_flight: n(2),
+        dead: n(3),
+        oldest_due_age: age,
+    })
 }

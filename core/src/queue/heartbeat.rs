@@ -19,7 +19,7 @@ struct TouchReservation {
 }
 
 impl Renew for TouchReservation {
-    fn call(&self, ttl_ms: u64) -> Call {
+    fn call(&self, _client: &Client, ttl_ms: u64) -> Call {
         touch_call(&self.inflight, &self.receipts, &self.id, &self.rid, ttl_ms)
     }
 }

@@ -11,7 +11,7 @@
 //! background), `worker.rs` (the worker loop's steps), `reply.rs` (reading
 //! script replies), `legacy.rs` (waiting out a legacy client's queue lock).
 
-mod dead;
+pub(crate) mod dead;
 mod heartbeat;
 mod legacy;
 mod lost;
@@ -479,6 +479,9 @@ impl Queue {
         let reply = self.legacy_retry(None, interrupt, || {
             self.finish_once(&make, "nack", valid_until)
         })?;
+        if int_at(&reply, 0) == 2 {
+            self.dead_lettered(id);
+        }
         Ok(int_at(&reply, 0) > 0)
     }
 

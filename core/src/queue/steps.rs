@@ -64,10 +64,11 @@ impl OwnedTake {
         let taken = self
             .queue
             .take_once(&self.spec, finish.as_ref(), waiter, None)?;
-        if finish.is_some() {
+        if let Some(f) = &finish {
             *self.pending.lock_unpoisoned() = None;
             self.finished
                 .store(taken.finish_code() > 0, Ordering::Release);
+            self.queue.finished_by_take(f, taken.finish_code());
         }
         Ok(taken)
     }

@@ -152,6 +152,9 @@ impl Queue {
             if this_finish.is_some() {
                 pending.replace(None);
                 finished.set(taken.finish_code() > 0);
+                if let Some(f) = &this_finish {
+                    self.finished_by_take(f, taken.finish_code());
+                }
             }
             Ok(taken)
         };
@@ -210,6 +213,14 @@ impl Queue {
             rid: self.rid(&task.id, receipt)?.to_owned(),
             delay,
         }))
+    }
+
+    /// After a take carried `finish`, which answered `code`: a nack that
+    /// used the task's last attempt (2) is reported as dead-lettered.
+    pub(super) fn finished_by_take(&self, finish: &PendingFinish, code: i64) {
+        if code == 2 && finish.how == "nack" {
+            self.dead_lettered(&finish.id);
+        }
     }
 
     /// What every attempt of one take sends besides its waiter and finish.

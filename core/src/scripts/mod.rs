@@ -12,18 +12,23 @@ use std::sync::LazyLock;
 use redis::{Cmd, ConnectionLike, FromRedisValue, RedisResult, ToRedisArgs};
 
 use crate::client::Client;
-use crate::client::conn::{Conn, Link};
+use crate::client::conn::{Conn, Link, Packed};
 use crate::error::Result;
 
 /// One Lua script, hashed once.
 pub(crate) struct LuaScript {
     script: redis::Script,
+    code: &'static str,
 }
 
 macro_rules! lua {
     ($file:literal) => {
-        LazyLock::new(|| LuaScript {
-            script: redis::Script::new(include_str!(concat!(env!("OUT_DIR"), "/scripts/", $file))),
+        LazyLock::new(|| {
+            let code = include_str!(concat!(env!("OUT_DIR"), "/scripts/", $file));
+            LuaScript {
+                script: redis::Script::new(code),
+                code,
+            }
         })
     };
 }
@@ -46,6 +51,8 @@ pub(crate) static QUEUE_TOUCH: LazyLock<LuaScript> = lua!("queue_touch-2.lua");
 pub(crate) static QUEUE_DEAD: LazyLock<LuaScript> = lua!("queue_dead-10.lua");
 pub(crate) static QUEUE_STATS: LazyLock<LuaScript> = lua!("queue_stats-3.lua");
 pub(crate) static QUEUE_LEAVE: LazyLock<LuaScript> = lua!("queue_leave-4.lua");
+pub(crate) static OPS_LOCK: LazyLock<LuaScript> = lua!("ops_lock-4.lua");
+pub(crate) static OPS_INFLIGHT: LazyLock<LuaScript> = lua!("ops_inflight-2.lua");
 
 impl LuaScript {
     /// Starts an EVALSHA call with `keys`; add arguments with [`Call::arg`].
@@ -60,17 +67,34 @@ impl LuaScript {
         for k in keys {
             cmd.arg(*k);
         }
-        Call { script: self, cmd }
+        Call {
+            script: Some(self),
+            cmd,
+        }
     }
 }
 
-/// One prepared script invocation.
+/// One prepared script invocation, or a native command that stands in for
+/// one where the server has it (see `Call::native`).
 pub(crate) struct Call {
-    script: &'static LuaScript,
+    /// `None` for a native command.
+    script: Option<&'static LuaScript>,
     cmd: Cmd,
 }
 
 impl Call {
+    /// A plain command in place of a script (e.g. `SET … IFEQ` for the
+    /// extend script, on servers that have it): it runs the same way, in
+    /// batches too, and is never loaded.
+    pub(crate) fn native(cmd: Cmd) -> Self {
+        Self { script: None, cmd }
+    }
+
+    /// True for a script invocation, false for a native command.
+    pub(crate) fn is_script(&self) -> bool {
+        self.script.is_some()
+    }
+
     /// Appends an argument (ARGV).
     pub(crate) fn arg(mut self, a: impl ToRedisArgs) -> Self {
         self.cmd.arg(a);
@@ -85,12 +109,12 @@ impl Call {
 
     /// Runs the call, loading the script if the server does not know it.
     pub(crate) fn query<T: FromRedisValue>(&self, con: &mut dyn ConnectionLike) -> RedisResult<T> {
-        match self.cmd.query(con) {
-            Err(e) if is_noscript(&e) => {
-                self.script.script.load(con)?;
+        match (self.cmd.query(con), self.script) {
+            (Err(e), Some(lua)) if is_noscript(&e) => {
+                lua.script.load(con)?;
                 self.cmd.query(con)
             }
-            other => other,
+            (other, _) => other,
         }
     }
 
@@ -108,22 +132,33 @@ impl Call {
     /// connection only: a cluster routes a PING to any node.
     pub(crate) fn query_behind_ping<T: FromRedisValue>(
         &self,
-        con: &mut redis::Connection,
+        con: &mut dyn Packed,
     ) -> RedisResult<T> {
         let ping = redis::cmd("PING");
-        let run = |con: &mut redis::Connection| -> RedisResult<T> {
+        let run = |con: &mut dyn Packed| -> RedisResult<T> {
             let mut replies = pipelined(con, [&ping, &self.cmd])?;
             let reply = replies.pop().unwrap_or(redis::Value::Nil);
             Ok(redis::from_redis_value(reply)?)
         };
-        match run(con) {
-            Err(e) if is_noscript(&e) => {
-                self.script.script.load(con)?;
+        match (run(con), self.script) {
+            (Err(e), Some(lua)) if is_noscript(&e) => {
+                load(con, lua)?;
                 run(con)
             }
-            other => other,
+            (other, _) => other,
         }
     }
+}
+
+/// `SCRIPT LOAD` of `script` on `con`.
+fn load(con: &mut dyn Packed, script: &LuaScript) -> RedisResult<()> {
+    let mut packed = Vec::new();
+    redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(script.code)
+        .write_packed_command(&mut packed);
+    con.send_packed(&packed)?;
+    con.recv()?.extract_error().map(drop)
 }
 
 fn is_noscript(e: &redis::RedisError) -> bool {
@@ -139,7 +174,7 @@ fn is_noscript(e: &redis::RedisError) -> bool {
 /// answering took n times the call's time. Here the first failed read ends
 /// it (the connection is then dropped by the client).
 fn pipelined<'a>(
-    con: &mut redis::Connection,
+    con: &mut dyn Packed,
     cmds: impl IntoIterator<Item = &'a Cmd>,
 ) -> RedisResult<Vec<redis::Value>> {
     let mut packed = Vec::new();
@@ -148,10 +183,10 @@ fn pipelined<'a>(
         cmd.write_packed_command(&mut packed);
         count += 1;
     }
-    con.send_packed_command(&packed)?;
+    con.send_packed(&packed)?;
     let mut replies = Vec::with_capacity(count);
     for _ in 0..count {
-        replies.push(con.recv_response()?);
+        replies.push(con.recv()?);
     }
     replies
         .into_iter()
@@ -166,6 +201,7 @@ fn pipelined<'a>(
 pub(crate) fn query_batch(conn: &mut Conn, calls: &[Call]) -> RedisResult<Vec<redis::Value>> {
     let run = |conn: &mut Conn| -> RedisResult<Vec<redis::Value>> {
         match conn.link() {
+            Link::Plain(w) => pipelined(w, calls.iter().map(|call| &call.cmd)),
             Link::Single(c) => pipelined(c, calls.iter().map(|call| &call.cmd)),
             Link::Cluster(c) => {
                 let mut pipe = redis::cluster::cluster_pipe();
@@ -178,8 +214,8 @@ pub(crate) fn query_batch(conn: &mut Conn, calls: &[Call]) -> RedisResult<Vec<re
     };
     match run(conn) {
         Err(e) if is_noscript(&e) => {
-            for call in calls {
-                call.script.script.load(conn)?;
+            for lua in calls.iter().filter_map(|call| call.script) {
+                lua.script.load(conn)?;
             }
             run(conn)
         }

@@ -177,9 +177,11 @@ end
 -- text by concatenation, not number formatting. With the acquire's
 -- plain-string reply, Redis runs a sixth fewer instructions per such acquire
 -- than with GET, SET and a table (callgrind: 81k -> 67k).
--- The counter lives ttl + 60 s past its last write (a draw, an extend, a
--- renewal): a server clock stepping back by more than that between two
--- draws is not covered.
+-- The counter lives ttl + 60 s past its last write (a draw, an extend or a
+-- renewal by script), and at least 30 s past the hold's expiry in any case
+-- (an extend by a native `SET … IFEQ`, which leaves it alone, is used only
+-- while that holds: `Extender` in lock/mod.rs): a server clock stepping back
+-- by more than that between two draws is not covered.
 -- Redis 6.0 and 6.1 refuse SET's GET option (a syntax error; nothing is
 -- written): there, and only after that refusal, the last token is read and
 -- the new one written in two commands. A script error here would come after

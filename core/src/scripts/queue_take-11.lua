@@ -27,7 +27,21 @@
 --   registered);
 --   {-1, pttl} while a legacy client holds the queue lock (nothing done);
 --   {-2} when the rid's take was given up (a tombstone).
-local recorded = redis.call('GET', KEYS[11])
+-- The record, and the legacy queue lock when it is checked, in one read
+-- (MGET: both are strings; where the lock is not checked, on a cluster,
+-- KEYS[2] is the queue itself). An ACL without MGET (the README's list
+-- before it was used) gets the two reads of before.
+local recorded, legacy_held = nil, false
+if ARGV[3] == '1' then
+  local both = redis.pcall('MGET', KEYS[11], KEYS[2])
+  if both.err then
+    recorded, legacy_held = redis.call('GET', KEYS[11]), true
+  else
+    recorded, legacy_held = both[1], both[2]
+  end
+else
+  recorded = redis.call('GET', KEYS[11])
+end
 if recorded then
   if recorded == 'x' then return {-2} end
   return cmsgpack.unpack(recorded)[2]
@@ -39,7 +53,7 @@ if #ARGV >= 19 then
 end
 local K = queue_keys()
 local mode, count, me, channel = ARGV[1], ARGV[2], ARGV[5], ARGV[4]
-local busy = legacy_queue_lock(K.legacy, ARGV[3])
+local busy = legacy_held and legacy_queue_lock(K.legacy, ARGV[3])
 if busy then return {-1, busy} end
 local now, now_text = now_s()
 if mode == 'pop' and ARGV[14] == ''
@@ -82,11 +96,28 @@ if first_flying and not (first_flying[2] and tonumber(first_flying[2]) <= now)
       finished = 1
     end
   end
-  local item = not slow and redis.call('ZRANGEBYSCORE', K.queue, '-inf', now_text, 'WITHSCORES', 'LIMIT', '0', '1')
+  -- The first task, popped (ZPOPMIN orders as ZRANGEBYSCORE does: lowest
+  -- score, then id), and put back (same score text: the same double) unless
+  -- it is taken here: not due yet, or in flight. An ACL without ZPOPMIN
+  -- (the README's list before it was used) reads it, and removes it below.
+  local item, popped = false, false
+  if not slow then
+    item = redis.pcall('ZPOPMIN', K.queue)
+    if item.err then
+      item = redis.call('ZRANGEBYSCORE', K.queue, '-inf', now_text, 'WITHSCORES', 'LIMIT', '0', '1')
+    else
+      popped = true
+      if item[1] and tonumber(item[2]) > now then
+        redis.call('ZADD', K.queue, item[2], item[1])
+        item = false
+      end
+    end
+  end
   -- In flight too (a legacy enqueue)? Only asked when anything was in
   -- flight besides what was just acked (the first two tell).
   local others = first_flying[3] or (first_flying[1] and first_flying[1] ~= ARGV[15])
   local flying = item and item[1] and others and redis.call('ZSCORE', K.inflight, item[1])
+  if flying and popped then redis.call('ZADD', K.queue, item[2], item[1]) end
   if item and item[1] and not flying then
     local id, score = item[1], item[2]
     local payload, n = false, 1
@@ -99,7 +130,7 @@ if first_flying and not (first_flying[2] and tonumber(first_flying[2]) <= now)
     local jitter = string.format('%.6f', tonumber(ARGV[12]) * ((tonumber(ARGV[13]) + 0.6180339887498949) % 1))
     local flags = ''
     if payload then flags = 'p' end
-    redis.call('ZREM', K.queue, id)
+    if not popped then redis.call('ZREM', K.queue, id) end
     redis.call('ZADD', K.inflight, deadline, id)
     redis.call('HSET', K.receipts, id, ARGV[8] .. '/' .. n .. '/' .. ARGV[9] .. '/' .. ARGV[10] .. '/'
       .. ARGV[11] .. '/' .. jitter .. '/' .. ARGV[7] .. '/' .. flags .. '|' .. score)

@@ -9,6 +9,7 @@ mod basic;
 mod faults;
 mod fencing;
 mod legacy;
+mod native;
 mod replicas;
 mod restore;
 mod steps;

@@ -1,0 +1,358 @@
+//! What happened that an operator wants to hear of: waits beyond a
+//! threshold, renewals that failed, locks lost, tasks dead-lettered, lost
+//! replies being settled, forced releases.
+//!
+//! Most of these happen where no caller can be told: on the watchdog thread,
+//! on the settlement keeper's. So they are kept here, in a bounded queue of
+//! this process, for whoever listens: the Python package logs them (logger
+//! `ferrolock`) and calls a lock's `on_lost` from a thread of its own; the
+//! PHP extension calls its lost-lock hook at the next call into it (PHP is
+//! single-threaded); a Rust program reads them with [`wait`] or [`drain`].
+//!
+//! Nothing is kept until a listener calls [`enable`]: then an event costs
+//! one atomic load where it would happen. The queue holds the latest
+//! [`CAPACITY`] events; older ones are dropped (and counted: [`dropped`]).
+//! A forked child starts with an empty queue (the parent's events are the
+//! parent's to report).
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard, Once, OnceLock};
+use std::time::{Duration, SystemTime};
+
+use crate::sync::LockUnpoisoned;
+
+/// Events kept at most; older ones are dropped first.
+pub const CAPACITY: usize = 1024;
+
+/// Default threshold of [`EventKind::SlowAcquire`]: one second.
+pub const DEFAULT_SLOW_ACQUIRE: Duration = Duration::from_secs(1);
+
+/// What happened.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventKind {
+    /// An acquire that had to wait got the lock after more than the slow
+    /// acquire threshold ([`set_slow_acquire`]).
+    SlowAcquire,
+    /// A background renewal of a held lock failed (no answer, an error): it
+    /// is tried again until the lock's validity runs out.
+    RenewalFailed,
+    /// A lock this process held is gone: the watchdog found it expired or
+    /// taken, or could not renew it within its TTL, or a release or extend
+    /// found it so. [`Event::lock_id`] names the lock object when the
+    /// watchdog found it (its `on_lost` hook is then due).
+    LockLost,
+    /// An operator freed a lock whoever held it.
+    ForcedRelease,
+    /// A task used its last attempt and went to the dead set.
+    DeadLettered,
+    /// A call's reply was lost and what it left open could not be put right
+    /// within the call's time: the keeper thread goes on trying.
+    SettlementDeferred,
+    /// The keeper put right what a lost reply had left open.
+    SettlementDone,
+    /// The keeper gave up: the hold or record it was about has expired by
+    /// itself meanwhile (nothing is left open).
+    SettlementExpired,
+}
+
+impl EventKind {
+    /// A short snake_case name (`lock_lost`), for logs and JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::SlowAcquire => "slow_acquire",
+            Self::RenewalFailed => "renewal_failed",
+            Self::LockLost => "lock_lost",
+            Self::ForcedRelease => "forced_release",
+            Self::DeadLettered => "dead_lettered",
+            Self::SettlementDeferred => "settlement_deferred",
+            Self::SettlementDone => "settlement_done",
+            Self::SettlementExpired => "settlement_expired",
+        }
+    }
+
+    /// How loud it should be logged.
+    pub fn level(self) -> Level {
+        match self {
+            Self::LockLost => Level::Error,
+            Self::SlowAcquire
+            | Self::RenewalFailed
+            | Self::ForcedRelease
+            | Self::DeadLettered
+            | Self::SettlementDeferred => Level::Warning,
+            Self::SettlementDone | Self::SettlementExpired => Level::Info,
+        }
+    }
+}
+
+/// A log level, as Python's `logging` and PSR-3 name them.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Level {
+    /// Worth knowing.
+    Info,
+    /// Something went wrong and was handled, or may need a look.
+    Warning,
+    /// Something this process relied on failed.
+    Error,
+}
+
+impl Level {
+    /// `info`, `warning` or `error`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Info => "info",
+            Self::Warning => "warning",
+            Self::Error => "error",
+        }
+    }
+}
+
+/// One event.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Event {
+    /// What happened.
+    pub kind: EventKind,
+    /// When (this machine's clock).
+    pub at: SystemTime,
+    /// A complete sentence for a log line (`lock "orders" lost: …`).
+    pub message: String,
+    /// The lock's or queue's name (empty for a settlement).
+    pub name: Vec<u8>,
+    /// The lock object concerned ([`Lock::id`](crate::Lock::id)), for a
+    /// [`EventKind::LockLost`] found by the watchdog; 0 otherwise.
+    pub lock_id: u64,
+    /// How long, for [`EventKind::SlowAcquire`] (the wait, in seconds); 0
+    /// otherwise.
+    pub seconds: f64,
+}
+
+impl Event {
+    /// An event of `kind` about `name`, happening now.
+    pub(crate) fn new(kind: EventKind, name: &[u8], message: String) -> Self {
+        Self {
+            kind,
+            at: SystemTime::now(),
+            message,
+            name: name.to_vec(),
+            lock_id: 0,
+            seconds: 0.0,
+        }
+    }
+
+    /// The same event, about the lock object `id`.
+    pub(crate) fn lock(mut self, id: u64) -> Self {
+        self.lock_id = id;
+        self
+    }
+
+    /// The same event, lasting `seconds`.
+    pub(crate) fn lasting(mut self, seconds: f64) -> Self {
+        self.seconds = seconds;
+        self
+    }
+}
+
+static ENABLED: AtomicBool = AtomicBool::new(false);
+/// Events queued (readable without the mutex: [`pending`]).
+static QUEUED: AtomicUsize = AtomicUsize::new(0);
+static DROPPED: AtomicU64 = AtomicU64::new(0);
+/// Counts [`wake`] calls: a [`wait`] returns when it changes.
+static WAKES: AtomicU64 = AtomicU64::new(0);
+/// The slow acquire threshold in microseconds (0: off).
+static SLOW_ACQUIRE_US: AtomicU64 = AtomicU64::new(DEFAULT_SLOW_ACQUIRE.as_micros() as u64);
+
+struct State {
+    pid: u32,
+    events: VecDeque<Event>,
+}
+
+struct Queue {
+    state: Mutex<State>,
+    arrived: Condvar,
+}
+
+fn queue() -> &'static Queue {
+    static Q: OnceLock<Queue> = OnceLock::new();
+    Q.get_or_init(|| {
+        hold_across_forks();
+        Queue {
+            state: Mutex::new(State {
+                pid: crate::fork::current_pid(),
+                events: VecDeque::new(),
+            }),
+            arrived: Condvar::new(),
+        }
+    })
+}
+
+fn state() -> MutexGuard<'static, State> {
+    let mut st = queue().state.lock_unpoisoned();
+    let pid = crate::fork::current_pid();
+    if st.pid != pid {
+        // A forked child: the parent's events are the parent's.
+        st.events.clear();
+        QUEUED.store(0, Ordering::Release);
+        st.pid = pid;
+    }
+    st
+}
+
+thread_local! {
+    /// The queue, held by `fork()`'s prepare handler (see `fork.rs`).
+    static FORK_HOLD: std::cell::RefCell<Option<MutexGuard<'static, State>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+fn hold_across_forks() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        crate::fork::register(crate::fork::Hooks {
+            prepare: || {
+                let guard = queue().state.lock_unpoisoned();
+                let _ = FORK_HOLD.try_with(|h| *h.borrow_mut() = Some(guard));
+            },
+            parent: release_after_fork,
+            child: || {
+                release_after_fork();
+                super::metrics::reset_in_child();
+            },
+        })
+    });
+}
+
+fn release_after_fork() {
+    let _ = FORK_HOLD.try_with(|h| h.borrow_mut().take());
+}
+
+/// Starts (or stops) keeping events for a listener. Off by default.
+pub fn enable(on: bool) {
+    if on {
+        let _ = queue(); // registers the fork hooks before any event is kept
+    }
+    ENABLED.store(on, Ordering::Release);
+}
+
+/// True while events are kept.
+pub fn is_enabled() -> bool {
+    ENABLED.load(Ordering::Acquire)
+}
+
+/// Keeps `event` for the listener (nothing when none is [`enable`]d).
+pub(crate) fn emit(event: Event) {
+    if !is_enabled() {
+        return;
+    }
+    let mut st = state();
+    if st.events.len() >= CAPACITY {
+        st.events.pop_front();
+        DROPPED.fetch_add(1, Ordering::Relaxed);
+    }
+    st.events.push_back(event);
+    QUEUED.store(st.events.len(), Ordering::Release);
+    drop(st);
+    queue().arrived.notify_all();
+}
+
+/// Builds and keeps an event only when a listener is enabled (the message
+/// is not formatted otherwise).
+pub(crate) fn emit_with(make: impl FnOnce() -> Event) {
+    if is_enabled() {
+        emit(make());
+    }
+}
+
+/// True when events are waiting to be read: one atomic load (the PHP
+/// extension asks at every call).
+pub fn pending() -> bool {
+    QUEUED.load(Ordering::Acquire) > 0
+}
+
+/// Events dropped so far because nobody read them in time.
+pub fn dropped() -> u64 {
+    DROPPED.load(Ordering::Relaxed)
+}
+
+/// Takes every event waiting, oldest first, without waiting.
+pub fn drain() -> Vec<Event> {
+    if !pending() {
+        return Vec::new();
+    }
+    let mut st = state();
+    QUEUED.store(0, Ordering::Release);
+    st.events.drain(..).collect()
+}
+
+/// Waits up to `timeout` for events, then takes every event waiting,
+/// oldest first (empty when none came). `interrupt` is consulted every
+/// 50 ms; its error ends the wait.
+pub fn wait(
+    timeout: Duration,
+    interrupt: Option<crate::wait::Interrupt<'_>>,
+) -> crate::Result<Vec<Event>> {
+    let until = std::time::Instant::now() + timeout;
+    let wakes = WAKES.load(Ordering::Acquire);
+    let mut st = state();
+    loop {
+        if !st.events.is_empty() {
+            QUEUED.store(0, Ordering::Release);
+            return Ok(st.events.drain(..).collect());
+        }
+        let now = std::time::Instant::now();
+        if now >= until || WAKES.load(Ordering::Acquire) != wakes {
+            return Ok(Vec::new());
+        }
+        let slice = (until - now).min(crate::wait::INTERRUPT_SLICE);
+        st = queue()
+            .arrived
+            .wait_timeout(st, slice)
+            .map(|(g, _)| g)
+            .unwrap_or_else(|p| p.into_inner().0);
+        if let Some(check) = interrupt {
+            drop(st);
+            check()?;
+            st = state();
+        }
+    }
+}
+
+/// Ends every [`wait`] under way now (with what has arrived, maybe
+/// nothing): a listener shutting down.
+pub fn wake() {
+    WAKES.fetch_add(1, Ordering::AcqRel);
+    let _st = state();
+    queue().arrived.notify_all();
+}
+
+/// Sets the threshold beyond which a waiting acquire is reported
+/// ([`EventKind::SlowAcquire`]); `None` turns the report off. Default:
+/// [`DEFAULT_SLOW_ACQUIRE`].
+pub fn set_slow_acquire(threshold: Option<Duration>) {
+    let us = threshold.map_or(0, |d| {
+        u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1)
+    });
+    SLOW_ACQUIRE_US.store(us, Ordering::Release);
+}
+
+/// The slow acquire threshold (`None`: off).
+pub fn slow_acquire() -> Option<Duration> {
+    match SLOW_ACQUIRE_US.load(Ordering::Acquire) {
+        0 => None,
+        us => Some(Duration::from_micros(us)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_have_names_and_levels() {
+        assert_eq!(EventKind::LockLost.as_str(), "lock_lost");
+        assert_eq!(EventKind::LockLost.level(), Level::Error);
+        assert_eq!(EventKind::SettlementDone.level().as_str(), "info");
+        assert!(Level::Error > Level::Warning);
+    }
+}
