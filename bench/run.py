@@ -32,6 +32,11 @@ drain        worker loops draining no-op jobs with 1 and 4 consumer processes:
              idle worker.
 scale        2,000 waiters (4 processes x 500 threads) x 1 ms holds on one
              lock: efficiency, hand-over p99, server connections during the run.
+asyncio      one task's acquire+release cycles per second (share of the
+             round-trip limit, interleaved with it), and 100 tasks of one
+             process x 5 critical sections (sleep 2 ms + GET + SET through
+             redis.asyncio) on one lock against the same worker run serially:
+             ferrolock.aio (fair and not) next to redis.asyncio's Lock.
 
 Every section runs `--runs` rounds (cases take turns inside a round, so a
 noisy minute hits them all alike) and reports medians. A full run writes
@@ -80,7 +85,7 @@ WORKERS = HERE / "workers"
 RESULTS = HERE / "results"
 PHP_EXT = ROOT / "target" / "release" / "libferrolock_php.so"
 PHP = ["php", "-d", f"extension={PHP_EXT}"]
-SECTIONS = ["uncontended", "contention", "busy", "wakeup", "queue", "drain", "scale"]
+SECTIONS = ["uncontended", "contention", "busy", "wakeup", "queue", "drain", "scale", "asyncio"]
 
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(WORKERS))
@@ -917,6 +922,59 @@ def section_scale(server: Server, args: argparse.Namespace) -> dict:
 
 
 # ------------------------------------------------------------ the record
+# ------------------------------------------------------------ 8. asyncio
+AIO_UNCONTENDED = ["ferrolock.aio", "redis.asyncio"]
+AIO_CONTENTION = ["ferrolock.aio", "ferrolock.aio-fair", "redis.asyncio"]
+
+
+def aio_case(*args: str) -> dict:
+    out = subprocess.run([sys.executable, str(WORKERS / "aio_cases.py"), *args],
+                         capture_output=True, text=True, check=True, timeout=600).stdout
+    return json.loads(out)
+
+
+def section_asyncio(server: Server, args: argparse.Namespace) -> dict:
+    """Uncontended runs interleaved with the limit (as `uncontended`); the
+    contended run of each lock between two serial runs of it (as `contention`)."""
+    tasks, rounds, cs = 100, 5, 2.0
+    raw: dict[str, Any] = {"uncontended": [], "contention": {k: [] for k in AIO_CONTENTION}}
+    for i in range(args.runs):
+        with one_cpu_each(server):
+            limits = [round_trip_limit(server, args.limit_requests)]
+            run: dict[str, Any] = {}
+            for impl in AIO_UNCONTENDED:
+                rate = aio_case("uncontended", impl, server.url, str(args.seconds))["pairs_per_s"]
+                limits.append(round_trip_limit(server, args.limit_requests))
+                run[impl] = {"pairs_per_s": rate, "limit": (limits[-2] + limits[-1]) / 2}
+            raw["uncontended"].append(run)
+        for impl in AIO_CONTENTION:
+            before = aio_case("contention", impl, server.url, "1", str(tasks * rounds), str(cs))
+            par = aio_case("contention", impl, server.url, str(tasks), str(rounds), str(cs))
+            after = aio_case("contention", impl, server.url, "1", str(tasks * rounds), str(cs))
+            serial = (before["span_s"] + after["span_s"]) / 2
+            par["relative_efficiency"] = serial / par["span_s"]
+            par["serial_span_s"] = serial
+            par["lost_updates"] += before["lost_updates"] + after["lost_updates"]
+            raw["contention"][impl].append(par)
+        log(f"   [{i + 1}/{args.runs}] uncontended share  " + "  ".join(
+            f"{k} {run[k]['pairs_per_s'] / run[k]['limit']:.2f}" for k in AIO_UNCONTENDED)
+            + ";  contention rel.eff  " + "  ".join(
+            f"{k} {raw['contention'][k][-1]['relative_efficiency']:.2f}" for k in AIO_CONTENTION))
+    summary: dict[str, Any] = {"uncontended": {}, "contention": {}}
+    for impl in AIO_UNCONTENDED:
+        shares = [r[impl]["pairs_per_s"] / r[impl]["limit"] for r in raw["uncontended"]]
+        summary["uncontended"][impl] = {
+            "pairs_per_s": median([r[impl]["pairs_per_s"] for r in raw["uncontended"]]),
+            "share": median(shares), "share_range": [min(shares), max(shares)]}
+    for impl, runs in raw["contention"].items():
+        s = {k: median([r[k] for r in runs]) for k in runs[0] if k != "lost_updates"}
+        s["lost_updates"] = sum(r["lost_updates"] for r in runs)
+        summary["contention"][impl] = s
+    return {"shape": f"{tasks} tasks of one process x {rounds} sections (sleep {cs:g} ms + GET + SET "
+                     f"through redis.asyncio) vs 1 task x {tasks * rounds}",
+            "runs": raw, "summary": summary}
+
+
 def sh(*cmd: str) -> str:
     try:
         return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=30).stdout.strip()
@@ -1173,6 +1231,23 @@ def details(res: dict) -> str:
                        f"{x['p99_over_ideal']:.2f} | {x['max_wait_ms']:.1f} | {x['loss_per_handover_ms']:.3f} | "
                        f"{x['lost']} |")
         out.append("")
+    if "asyncio" in sec and "summary" in sec["asyncio"]:
+        a = sec["asyncio"]["summary"]
+        out += ["**asyncio, uncontended**: one task's `await acquire(blocking=False)` + `await release()` "
+                "cycles per second, against the round-trip limit (interleaved as above).", "",
+                "| lock | pairs/s | share of limit (median, range) |", "|---|---:|---:|"]
+        for n, x in a["uncontended"].items():
+            out.append(f"| {n} | {x['pairs_per_s']:,.0f} | {x['share']:.2f} "
+                       f"({x['share_range'][0]:.2f}–{x['share_range'][1]:.2f}) |")
+        out += ["", f"**asyncio, contention**: {sec['asyncio']['shape']}; relative efficiency = serial "
+                "span ÷ contended span (the serial run before and after, their mean). redis.asyncio's Lock polls "
+                "every 0.1 s (its default `sleep`). Medians; lost updates summed.", "",
+                "| lock | rel. efficiency | span s | p50 wait ms | p99 wait ms | peak threads | lost updates |",
+                "|---|---:|---:|---:|---:|---:|---:|"]
+        for n, x in a["contention"].items():
+            out.append(f"| {n} | {x['relative_efficiency']:.2f} | {x['span_s']:.2f} | {x['wait_p50_ms']:.1f} | "
+                       f"{x['wait_p99_ms']:.1f} | {x['peak_threads']:.0f} | {x['lost_updates']} |")
+        out.append("")
     if "busy" in sec and "summary" in sec["busy"]:
         b = sec["busy"]
         out += [f"**Contention, busy-wait**: {b['shape']} (a file counter). Efficiency = ideal busy time ÷ span; "
@@ -1413,7 +1488,8 @@ def render(raw: Path, out: Path) -> int:
     """`--render RAW`: writes the results of a kept full run again (after a change
     of the tables or the chart); the numbers are that run's."""
     res = json.loads(raw.read_text())
-    if res["meta"]["sections"] != SECTIONS:
+    # Runs kept from before the asyncio section was added are still full runs.
+    if not set(SECTIONS) - {"asyncio"} <= set(res["meta"]["sections"]):
         sys.exit(f"{raw} is a partial run")
     write_results(res, out)
     return 0

@@ -3,24 +3,19 @@
 ``Lock`` and ``Redlock`` subclass ``ferrolock._native.Lock``/``Redlock``, so
 ``acquire``, ``release``, ``with`` and the rest are the native methods
 themselves, with no Python frame in between. This module adds only what is
-Python by nature: the decorator form and the asyncio form, which schedules
-the blocking wait of ``async with`` on a worker thread so the event loop never
-blocks, and cleans up when the waiting task is cancelled. Calls go one way:
-from here into ``_native``, never back.
+Python by nature: the decorator form and the asyncio form (``async with``),
+which awaits the native asyncio calls of ``ferrolock.aio`` (``_ops.run``).
+Calls go one way: from here into ``_native``, never back.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
-import os
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, TypeVar, final
 
-from ferrolock import _events, _native
+from ferrolock import _events, _native, _ops
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -28,38 +23,6 @@ if TYPE_CHECKING:
 __all__ = ["Lock", "Redlock"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-_executor: ThreadPoolExecutor | None = None
-_executor_lock = threading.Lock()
-
-
-def _wait_executor() -> ThreadPoolExecutor:
-    """Threads that wait for locks on behalf of coroutines (one per waiting task)."""
-    global _executor
-    with _executor_lock:
-        if _executor is None:
-            _executor = ThreadPoolExecutor(max_workers=256, thread_name_prefix="ferrolock-wait")
-        return _executor
-
-
-def _forget_executor_in_child() -> None:
-    # A forked child inherits no threads: start a fresh pool on first use.
-    global _executor, _executor_lock
-    _executor = None
-    _executor_lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_executor_in_child)
-
-
-def _release_quietly(lock: _native._LockBase, future: asyncio.Future[None]) -> None:
-    if future.cancelled() or future.exception() is not None:
-        return  # the wait stopped without the lock
-    try:
-        lock.release()
-    except Exception:
-        pass
 
 
 class _Forms(_native._LockBase):
@@ -90,19 +53,10 @@ class _Forms(_native._LockBase):
 
     async def __aenter__(self) -> Self:
         """``async with``: acquire (waiting up to ``timeout``) or raise
-        :class:`LockTimeout`; the wait runs on a worker thread, never on the loop."""
-        if self._try_acquire_nowait():  # one round trip, the common uncontended case
-            return self
-        cancel = _native._Cancel()
-        loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(_wait_executor(), self._enter_cancellable, cancel)
-        try:
-            await asyncio.shield(future)
-        except asyncio.CancelledError:
-            # Stop the waiting thread; if it got the lock anyway, give it back.
-            cancel.set()
-            future.add_done_callback(functools.partial(_release_quietly, self))
-            raise
+        :class:`LockTimeout`. Every round trip runs off the loop, and the wait
+        costs no thread (see :mod:`ferrolock.aio`); a task cancelled while it
+        waits leaves the lock free."""
+        await _ops.run(_native._AsyncLock(self).enter())
         return self
 
     async def __aexit__(
@@ -111,8 +65,9 @@ class _Forms(_native._LockBase):
         exc: BaseException | None = None,
         tb: TracebackType | None = None,
     ) -> bool:
-        """Same as ``__exit__`` (one round trip)."""
-        return self.__exit__(exc_type, exc, tb)
+        """Same as ``__exit__``, off the loop."""
+        await _ops.run(_native._AsyncLock(self).exit(exc_type is not None))
+        return False
 
 
 @final

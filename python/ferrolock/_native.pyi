@@ -6,10 +6,11 @@ The public ``ferrolock.Lock`` and ``ferrolock.Redlock`` subclass the native
 ``async with``); ``Queue``, ``Task`` and the exceptions are used as they are.
 """
 
+import asyncio
 import builtins
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
-from typing import Final, Protocol, TypedDict, final, overload
+from typing import Any, Final, Protocol, TypedDict, final, overload
 
 from typing_extensions import Self, disjoint_base
 
@@ -29,10 +30,15 @@ __all__ = [
     "Queue",
     "Redlock",
     "Task",
-    "_Cancel",
+    "_AsyncLock",
+    "_AsyncQueue",
+    "_AsyncWorker",
+    "_Bridge",
     "_LockBase",
+    "_Op",
     "_Worker",
     "__version__",
+    "_aio_stats",
     "_caller_id",
     "_enable_events",
     "_metrics",
@@ -83,13 +89,6 @@ class LockLostError(LockError):
 class ConnectionError(FerrolockError, builtins.ConnectionError):
     """Redis could not be reached, did not answer in time, or refused the
     credentials."""
-
-@final
-class _Cancel:
-    """Stops a wait running on a worker thread (used by ``async with``)."""
-    def __new__(cls) -> _Cancel: ...
-    def set(self) -> None:
-        """Ask the wait to stop (it notices within 50 ms)."""
 
 @disjoint_base
 class _LockBase:
@@ -176,8 +175,6 @@ class _LockBase:
     ) -> bool:
         """Release; raise :class:`LockLostError` if the lock was lost inside the
         block (unless another exception is already propagating)."""
-    def _try_acquire_nowait(self) -> bool: ...
-    def _enter_cancellable(self, cancel: _Cancel) -> None: ...
 
 @disjoint_base
 class Lock(_LockBase):
@@ -529,3 +526,96 @@ class _Metrics(TypedDict):
 
 def _metrics() -> _Metrics:
     """This process's lock figures (``ferrolock.metrics``)."""
+
+# -- asyncio (python/src/aio.rs; the public API is ferrolock.aio) -------------------------
+
+class _AioStats(TypedDict):
+    """What ``_aio_stats()`` answers."""
+
+    threads: int
+    """Executor threads now."""
+    threads_peak: int
+    """Most executor threads at once so far."""
+    max_threads: int
+    """The executor's bound (``$FERROLOCK_AIO_THREADS``, default 8)."""
+    jobs: int
+    """Round-trip jobs run so far."""
+    timers: int
+    """Pending timer entries (re-checks and deadlines of waits)."""
+
+def _aio_stats() -> _AioStats:
+    """Threads and timers of the asyncio executor (for tests and benchmarks)."""
+
+@final
+class _Op:
+    """An awaitable core call running off the event loop."""
+
+    @property
+    def future(self) -> asyncio.Future[Any]:
+        """The future of the call's result, on the loop that started it."""
+    def abandon(self) -> asyncio.Future[None]:
+        """The awaiting task was cancelled: give back what the call did or will
+        do; the returned future is done once that is done."""
+
+@final
+class _Bridge:
+    """Where finished calls wait for their event loop (one per loop)."""
+
+    def _drain(self) -> None:
+        """Set the futures of every finished call (the loop's reader callback)."""
+
+@final
+class _AsyncLock:
+    """The awaitable face of a lock (``ferrolock.aio.Lock`` calls it)."""
+
+    def __new__(cls, lock: _LockBase) -> _AsyncLock: ...
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> _Op: ...
+    def enter(self) -> _Op:
+        """``async with``'s entry: the lock's timeout, ``LockTimeout`` if not acquired."""
+    def release(self) -> _Op: ...
+    def exit(self, propagating: bool) -> _Op:
+        """``async with``'s exit: ``__exit__``'s rules."""
+    def extend(self, ttl: float | None = None) -> _Op: ...
+    def locked(self) -> _Op: ...
+    def owned(self) -> _Op: ...
+    def fencing_token(self) -> _Op: ...
+
+@final
+class _AsyncQueue:
+    """The awaitable face of a queue (``ferrolock.aio.Queue`` calls it)."""
+
+    def __new__(cls, queue: Queue) -> _AsyncQueue: ...
+    def enqueue(
+        self, ids: str | Iterable[str] | Mapping[str, str | bytes], *, delay: float = 0.0
+    ) -> _Op: ...
+    def pop(self, count: int | None = None, *, wait: float = 0.0) -> _Op: ...
+    def top(self, count: int | None = None) -> _Op: ...
+    def dequeue(self, id: str, score: float) -> _Op: ...
+    def reserve(
+        self, count: int | None = None, *, wait: float = 0.0, visibility: float | None = None
+    ) -> _Op: ...
+    def reserve_next(self, wait: float | None = None, visibility: float | None = None) -> _Op:
+        """``reserve()`` of one task, waiting forever when ``wait`` is None."""
+    def ack(self, task: Task) -> _Op: ...
+    def nack(self, task: Task, delay: float | None = None) -> _Op: ...
+    def touch(self, task: Task, visibility: float | None = None) -> _Op: ...
+    def len(self) -> _Op: ...
+    def stats(self) -> _Op: ...
+
+@final
+class _AsyncWorker:
+    """One consumer of ``ferrolock.aio.Queue.work``: ``_Worker`` with awaitable steps."""
+
+    def __new__(
+        cls,
+        queue: Queue,
+        *,
+        wait: float | None = None,
+        visibility: float | None = None,
+        heartbeat: bool = True,
+    ) -> _AsyncWorker: ...
+    def next(self, outcome: bool | float) -> _Op:
+        """End the current task as ``outcome`` says and reserve the next (a
+        ``Task``, or ``None`` when the wait ran out)."""
+    def finish(self, outcome: bool | float) -> _Op:
+        """End the current task, taking no other (one try)."""

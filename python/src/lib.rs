@@ -8,6 +8,7 @@
 //! subclasses its lock classes (`ferrolock/_lock.py` adds the decorator and
 //! `async with`); nothing here imports a module of the package.
 
+mod aio;
 mod convert;
 mod errors;
 mod green;
@@ -31,7 +32,12 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::add_to(m)?;
     m.add_function(wrap_pyfunction!(green::set_hook, m)?)?;
     m.add_function(wrap_pyfunction!(green::py_caller_id, m)?)?;
-    m.add_class::<lock::PyCancel>()?;
+    m.add_function(wrap_pyfunction!(aio::stats, m)?)?;
+    m.add_class::<aio::PyOp>()?;
+    m.add_class::<aio::PyBridge>()?;
+    m.add_class::<aio::PyAsyncLock>()?;
+    m.add_class::<aio::PyAsyncQueue>()?;
+    m.add_class::<aio::PyAsyncWorker>()?;
     m.add_class::<lock::PyLockBase>()?;
     m.add_class::<lock::PyLock>()?;
     m.add_class::<lock::PyRedlock>()?;

@@ -6,7 +6,7 @@
 //! Nothing here calls back into the package.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 
 use ferrolock::{
     DEFAULT_LOCK_PREFIX, DEFAULT_TTL, DistributedLock, LockOptions, Redlock, Wait, validate,
@@ -16,24 +16,6 @@ use pyo3::types::PyString;
 
 use crate::convert::{arg, blocking_undo, bytes_str, client, quick, str_bytes, wait_for};
 use crate::errors::{Exc, IntoPy};
-
-/// A cancellation flag for a wait running on a worker thread (asyncio).
-#[pyclass(name = "_Cancel", module = "ferrolock._native", frozen)]
-#[derive(Default)]
-pub struct PyCancel(AtomicBool);
-
-#[pymethods]
-impl PyCancel {
-    #[new]
-    fn new() -> Self {
-        Self::default()
-    }
-
-    /// Stops the wait within 50 ms.
-    fn set(&self) {
-        self.0.store(true, Ordering::Release);
-    }
-}
 
 /// Who acquires: `threading.get_ident()` as it is now — the calling OS
 /// thread, or under gevent/eventlet the current greenlet (taken here, before
@@ -47,10 +29,10 @@ fn caller(py: Python<'_>) -> PyResult<Option<u64>> {
 /// What `Lock` and `Redlock` share: every method but the constructor.
 #[pyclass(name = "_LockBase", module = "ferrolock._native", subclass, frozen)]
 pub struct PyLockBase {
-    inner: Arc<dyn DistributedLock>,
+    pub(crate) inner: Arc<dyn DistributedLock>,
     /// Default wait of `acquire()` and `with` (None: forever).
-    timeout: Option<f64>,
-    kind: &'static str,
+    pub(crate) timeout: Option<f64>,
+    pub(crate) kind: &'static str,
 }
 
 impl PyLockBase {
@@ -68,7 +50,7 @@ impl PyLockBase {
         })
     }
 
-    fn display_name(&self) -> String {
+    pub(crate) fn display_name(&self) -> String {
         String::from_utf8_lossy(self.inner.name()).into_owned()
     }
 
@@ -240,20 +222,6 @@ impl PyLockBase {
         }
     }
 
-    /// One attempt (`async with` tries this before handing the wait to a
-    /// thread). Tasks on one event loop share its thread: they are not told
-    /// apart (a task re-entering waits, as with `asyncio.Lock`).
-    fn _try_acquire_nowait(&self, py: Python<'_>) -> PyResult<bool> {
-        let inner = self.inner.clone();
-        quick(py, move || inner.acquire_as(Wait::Try, None, None))
-    }
-
-    /// The `with` wait, stoppable through `cancel` (run on a worker thread,
-    /// for a task: no caller identity, see `_try_acquire_nowait`).
-    fn _enter_cancellable(&self, py: Python<'_>, cancel: &PyCancel) -> PyResult<()> {
-        self.enter(py, Some(&cancel.0), None)
-    }
-
     fn __repr__(&self) -> String {
         let state = if self.inner.token().is_some() {
             "held"
@@ -273,7 +241,7 @@ impl PyLockBase {
 #[pyclass(name = "Lock", module = "ferrolock._native", extends = PyLockBase, subclass, frozen)]
 pub struct PyLock {
     /// The same lock as the base's `inner`, with the methods only a `Lock` has.
-    single: Arc<ferrolock::Lock>,
+    pub(crate) single: Arc<ferrolock::Lock>,
 }
 
 #[pymethods]

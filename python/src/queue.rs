@@ -24,7 +24,7 @@ use crate::errors::{IntoPy, type_error};
 
 /// Where a task came from decides what `ack`/`nack` mean.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Origin {
+pub(crate) enum Origin {
     /// `pop()`: already removed from the queue.
     Popped,
     /// `top()`: still in the queue, read only.
@@ -46,7 +46,7 @@ pub struct PyTask {
 }
 
 impl PyTask {
-    fn new(queue: Arc<ferrolock::Queue>, task: ferrolock::Task, origin: Origin) -> Self {
+    pub(crate) fn new(queue: Arc<ferrolock::Queue>, task: ferrolock::Task, origin: Origin) -> Self {
         Self {
             queue,
             task,
@@ -67,6 +67,79 @@ impl PyTask {
             Some(Instant::now() + Duration::from_millis(100))
         } else {
             self.task.valid_until()
+        }
+    }
+}
+
+/// A task operation as a job for `convert::blocking` or the asyncio executor.
+pub(crate) type TaskJob = Box<
+    dyn for<'a> FnOnce(Option<ferrolock::wait::Interrupt<'a>>) -> ferrolock::Result<bool> + Send,
+>;
+
+impl PyTask {
+    /// What `ack` does, for this task's origin (see the stub).
+    pub(crate) fn ack_job(&self) -> TaskJob {
+        let valid = self.valid_until();
+        let (queue, task) = (self.queue.clone(), self.task.clone());
+        match self.origin {
+            Origin::Popped => Box::new(|_| Ok(true)),
+            Origin::Dead => Box::new(|_| Ok(false)),
+            Origin::Peeked => Box::new(move |hook| queue.dequeue(&task.id, task.score, None, hook)),
+            Origin::Reserved => Box::new(move |_| {
+                queue.ack_valid(&task.id, task.receipt.as_deref().unwrap_or(""), valid)
+            }),
+        }
+    }
+
+    /// What `nack(delay)` does, for this task's origin.
+    pub(crate) fn nack_job(&self, delay: Option<f64>) -> PyResult<TaskJob> {
+        let delay = delay_arg(delay)?;
+        let valid = self.valid_until();
+        let (queue, task) = (self.queue.clone(), self.task.clone());
+        Ok(match self.origin {
+            Origin::Popped => Box::new(move |hook| {
+                queue
+                    .enqueue(&[&task.id], delay.unwrap_or(0.0), None, hook)
+                    .map(|n| n == 1)
+            }),
+            Origin::Peeked | Origin::Dead => Box::new(|_| Ok(false)),
+            Origin::Reserved => Box::new(move |hook| {
+                let receipt = task.receipt.as_deref().unwrap_or("");
+                queue.nack_valid(&task.id, receipt, delay, valid, hook)
+            }),
+        })
+    }
+
+    /// What `touch(visibility)` does.
+    pub(crate) fn touch_job(&self, visibility: Option<f64>) -> PyResult<TaskJob> {
+        let visibility = visibility
+            .map(|v| validate::seconds(v, "visibility", true))
+            .transpose()
+            .py()?;
+        if self.origin != Origin::Reserved {
+            return Ok(Box::new(|_| Ok(false)));
+        }
+        let (queue, task) = (self.queue.clone(), self.task.clone());
+        Ok(Box::new(move |_| {
+            queue.touch(&task.id, task.receipt.as_deref().unwrap_or(""), visibility)
+        }))
+    }
+
+    /// Starts keeping a reserved task's reservation alive (no round trip).
+    pub(crate) fn start_beat(&self) -> PyResult<()> {
+        if self.origin == Origin::Reserved {
+            let beat = self.queue.keep_alive(&self.task).py()?;
+            if let Ok(mut slot) = self.beat.lock() {
+                *slot = Some(beat);
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops the heartbeat, if any.
+    pub(crate) fn stop_beat(&self) {
+        if let Ok(mut slot) = self.beat.lock() {
+            slot.take();
         }
     }
 }
@@ -110,17 +183,11 @@ impl PyTask {
 
     /// Acknowledge: done with this task.
     fn ack(&self, py: Python<'_>) -> PyResult<bool> {
-        let valid = self.valid_until();
-        let (queue, task) = (self.queue.clone(), self.task.clone());
+        let job = self.ack_job();
         match self.origin {
-            Origin::Popped => Ok(true),
-            Origin::Dead => Ok(false),
-            Origin::Peeked => blocking(py, None, move |hook| {
-                queue.dequeue(&task.id, task.score, None, hook)
-            }),
-            Origin::Reserved => quick(py, move || {
-                queue.ack_valid(&task.id, task.receipt.as_deref().unwrap_or(""), valid)
-            }),
+            // One round trip: not worth a thread under gevent.
+            Origin::Reserved => quick(py, move || job(None)),
+            _ => blocking(py, None, job),
         }
     }
 
@@ -132,21 +199,7 @@ impl PyTask {
         py: Python<'_>,
         #[pyo3(from_py_with = arg::opt_delay)] delay: Option<f64>,
     ) -> PyResult<bool> {
-        let delay = delay_arg(delay)?;
-        let valid = self.valid_until();
-        let (queue, task) = (self.queue.clone(), self.task.clone());
-        match self.origin {
-            Origin::Popped => blocking(py, None, move |hook| {
-                queue
-                    .enqueue(&[&task.id], delay.unwrap_or(0.0), None, hook)
-                    .map(|n| n == 1)
-            }),
-            Origin::Peeked | Origin::Dead => Ok(false),
-            Origin::Reserved => blocking(py, None, move |hook| {
-                let receipt = task.receipt.as_deref().unwrap_or("");
-                queue.nack_valid(&task.id, receipt, delay, valid, hook)
-            }),
-        }
+        blocking(py, None, self.nack_job(delay)?)
     }
 
     /// Extend the reservation (see the stub).
@@ -156,29 +209,12 @@ impl PyTask {
         py: Python<'_>,
         #[pyo3(from_py_with = arg::opt_visibility)] visibility: Option<f64>,
     ) -> PyResult<bool> {
-        let visibility = visibility
-            .map(|v| validate::seconds(v, "visibility", true))
-            .transpose()
-            .py()?;
-        if self.origin != Origin::Reserved {
-            return Ok(false);
-        }
-        let (queue, task) = (self.queue.clone(), self.task.clone());
-        quick(py, move || {
-            queue.touch(&task.id, task.receipt.as_deref().unwrap_or(""), visibility)
-        })
+        let job = self.touch_job(visibility)?;
+        quick(py, move || job(None))
     }
 
     fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
-        {
-            let me = slf.get();
-            if me.origin == Origin::Reserved {
-                let beat = me.queue.keep_alive(&me.task).py()?;
-                if let Ok(mut slot) = me.beat.lock() {
-                    *slot = Some(beat);
-                }
-            }
-        }
+        slf.get().start_beat()?;
         Ok(slf)
     }
 
@@ -197,9 +233,7 @@ impl PyTask {
         } else {
             self.nack(py, None).map(drop)
         };
-        if let Ok(mut slot) = self.beat.lock() {
-            slot.take(); // renewals stop once the reservation has ended
-        }
+        self.stop_beat(); // renewals stop once the reservation has ended
         if !ok {
             // Best effort: if it fails, the visibility timeout returns the task.
             // A KeyboardInterrupt (or SystemExit) raised by a signal handler
@@ -242,11 +276,11 @@ const _: () = assert!(DEFAULT_BACKOFF_JITTER == 0.5);
 /// A task queue (legacy-compatible `Queue:<name>` sorted set).
 #[pyclass(name = "Queue", module = "ferrolock._native", subclass, frozen)]
 pub struct PyQueue {
-    inner: Arc<ferrolock::Queue>,
+    pub(crate) inner: Arc<ferrolock::Queue>,
 }
 
 impl PyQueue {
-    fn tasks<'py>(
+    pub(crate) fn tasks<'py>(
         &self,
         py: Python<'py>,
         tasks: Vec<ferrolock::Task>,
@@ -272,7 +306,7 @@ impl PyQueue {
     }
 }
 
-fn count_arg(count: Option<i64>) -> PyResult<usize> {
+pub(crate) fn count_arg(count: Option<i64>) -> PyResult<usize> {
     match count {
         None => Ok(1),
         Some(n) => validate::count(n, "count").py(),
@@ -280,14 +314,14 @@ fn count_arg(count: Option<i64>) -> PyResult<usize> {
 }
 
 /// Task ids given as one `str`, an iterable of `str`, or a mapping id → payload.
-enum Ids {
+pub(crate) enum Ids {
     Plain(Vec<Vec<u8>>),
     WithPayloads(Vec<(Vec<u8>, Vec<u8>)>),
 }
 
 /// `ids` as `enqueue` takes them (see `convert::enqueue_items`); without
 /// `with_mappings`, a mapping is refused.
-fn ids_arg(ids: &Bound<'_, PyAny>, with_mappings: bool) -> PyResult<Ids> {
+pub(crate) fn ids_arg(ids: &Bound<'_, PyAny>, with_mappings: bool) -> PyResult<Ids> {
     let items = enqueue_items(ids)?;
     match items.payloads {
         None => Ok(Ids::Plain(items.ids)),
@@ -300,7 +334,7 @@ fn ids_arg(ids: &Bound<'_, PyAny>, with_mappings: bool) -> PyResult<Ids> {
 
 /// Gives back tasks popped for a caller that is gone (a greenlet killed while
 /// it waited): each due again at its own score, with its payload.
-fn put_back(queue: &ferrolock::Queue, tasks: Vec<ferrolock::Task>) {
+pub(crate) fn put_back(queue: &ferrolock::Queue, tasks: Vec<ferrolock::Task>) {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
@@ -543,7 +577,7 @@ pub struct PyWorker {
 
 /// What the handler's outcome means: `True` done, `False` failed (backoff),
 /// a number: retry after that many seconds.
-fn outcome_arg(outcome: &Bound<'_, PyAny>) -> PyResult<Outcome> {
+pub(crate) fn outcome_arg(outcome: &Bound<'_, PyAny>) -> PyResult<Outcome> {
     if let Ok(ok) = outcome.extract::<bool>()
         && outcome.is_instance_of::<pyo3::types::PyBool>()
     {
@@ -561,7 +595,7 @@ fn outcome_arg(outcome: &Bound<'_, PyAny>) -> PyResult<Outcome> {
 
 /// Logs a connection trouble of the worker loop (`logging`, logger
 /// `ferrolock.worker`).
-fn log_trouble(e: &ferrolock::Error) {
+pub(crate) fn log_trouble(e: &ferrolock::Error) {
     Python::attach(|py| {
         let logged = py.import("logging").and_then(|logging| {
             logging

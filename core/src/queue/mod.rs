@@ -4,12 +4,12 @@
 //! dead letters, payloads, one id never in flight twice (docs/queue.md).
 //!
 //! The rooms: this file (the [`Queue`], its options and defaults, and the
-//! operations on single tasks), `take.rs` (pop, reserve, top), `dead.rs`
-//! (dead letters and stats), `task.rs` (what is handed out), `receipt.rs`
-//! (what a reservation is acked with), `heartbeat.rs` (keeping reservations
-//! alive in the background), `worker.rs` (the worker loop's steps),
-//! `reply.rs` (reading script replies), `legacy.rs` (waiting out a legacy
-//! client's queue lock).
+//! operations on single tasks), `take.rs` (pop, reserve, top), `steps.rs`
+//! (a take run step by step, for event loops), `dead.rs` (dead letters and
+//! stats), `task.rs` (what is handed out), `receipt.rs` (what a reservation
+//! is acked with), `heartbeat.rs` (keeping reservations alive in the
+//! background), `worker.rs` (the worker loop's steps), `reply.rs` (reading
+//! script replies), `legacy.rs` (waiting out a legacy client's queue lock).
 
 pub(crate) mod dead;
 mod heartbeat;
@@ -18,6 +18,7 @@ mod lost;
 mod receipt;
 mod replicas;
 mod reply;
+mod steps;
 mod take;
 mod task;
 mod worker;
@@ -30,6 +31,7 @@ use redis::Value;
 pub use self::dead::QueueStats;
 pub use self::heartbeat::Heartbeat;
 use self::reply::int_at;
+pub use self::steps::TakeSteps;
 pub use self::take::Step;
 pub use self::task::{Finish, Task};
 pub use self::worker::{Outcome, Worker, WorkerOptions};

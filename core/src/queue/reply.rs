@@ -16,6 +16,15 @@ pub(super) enum Taken {
     Empty(Option<Duration>, i64),
 }
 
+impl Taken {
+    /// What the finish it carried answered (-1: none).
+    pub(super) fn finish_code(&self) -> i64 {
+        match self {
+            Taken::Tasks(_, f) | Taken::Empty(_, f) => *f,
+        }
+    }
+}
+
 /// The integer at `i` of a script's reply (0 if there is none).
 pub(super) fn int_at(reply: &[Value], i: usize) -> i64 {
     match reply.get(i) {

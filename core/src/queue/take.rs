@@ -2,7 +2,7 @@
 //! worker loop's `finish_and_reserve` (end one reservation and take the next
 //! in one round trip), and `top`, which reads what they would take.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::time::{Duration, Instant};
 
 use redis::Value;
@@ -25,6 +25,29 @@ pub struct Step {
     pub finished: bool,
     /// The tasks reserved (none when the wait ran out).
     pub tasks: Vec<Task>,
+}
+
+/// What every attempt of one take sends, besides its waiter and finish.
+#[derive(Debug, Clone)]
+pub(super) struct TakeSpec {
+    pub mode: Mode,
+    pub count: usize,
+    pub visibility: Option<Duration>,
+    /// Max attempts, backoff and cap (ms), jitter.
+    pub settings: (u32, u64, u64, f64),
+    pub lease_ms: u64,
+    pub legacy_timeout: Duration,
+    pub wait: Wait,
+    pub deadline: Option<Instant>,
+}
+
+/// An ack or nack riding on a take, checked and owned.
+#[derive(Debug, Clone)]
+pub(super) struct PendingFinish {
+    pub how: &'static str,
+    pub id: Vec<u8>,
+    pub rid: String,
+    pub delay: Option<f64>,
 }
 
 impl Queue {
@@ -120,95 +143,17 @@ impl Queue {
         interrupt: Option<Interrupt<'_>>,
     ) -> Result<Step> {
         // The finish, checked before anything is sent; sent by the first attempt only.
-        let finish = match finish {
-            Finish::Nothing => None,
-            Finish::Ack(t) => Some(("ack", t, None)),
-            Finish::Nack(t, delay) => Some((
-                "nack",
-                t,
-                delay.map(|d| validate::offset(d, "delay")).transpose()?,
-            )),
-        };
-        let finish = match finish {
-            Some((how, task, delay)) => {
-                let receipt = task.receipt.as_deref().unwrap_or_default();
-                Some((how, task.id.as_slice(), self.rid(&task.id, receipt)?, delay))
-            }
-            None => None,
-        };
-        let pending_finish = Cell::new(finish);
+        let pending = RefCell::new(self.pending_finish(finish)?);
         let finished = Cell::new(false);
-        let legacy_timeout = legacy_timeout.unwrap_or(self.opts.legacy_lock_timeout);
-        let lease_ms = validate::millis(wait::lease_for(self.opts.recheck));
-        let deadline = wait.deadline();
-        let o = &self.opts;
-        // Backoffs in whole milliseconds, rounded up; zero stays zero.
-        let ms = |d: Duration| d.as_micros().div_ceil(1000).min(u128::from(u64::MAX)) as u64;
-        let settings = (
-            o.max_attempts.unwrap_or(0),
-            ms(o.backoff),
-            ms(o.backoff_cap),
-            o.backoff_jitter,
-        );
+        let spec = self.take_spec(mode, count, visibility, wait, legacy_timeout);
         let attempt = |waiter: &str| -> Result<Taken> {
-            let k = &self.keys;
-            let rid = new_token();
-            let mut record = k.records.clone();
-            record.extend_from_slice(rid.as_bytes());
-            let mut keys = self.task_keys().to_vec();
-            keys.push(&record);
-            let this_finish = pending_finish.get();
-            let (how, id, finish_rid, delay) = this_finish.unwrap_or(("", b"", "", None));
-            let received = self.received_rids();
-            let mut call = QUEUE_TAKE
-                .call(&keys)
-                .arg(mode)
-                .arg(count)
-                .arg(self.check_legacy)
-                .arg(&k.channel)
-                .arg(waiter)
-                .arg(lease_ms)
-                .arg(visibility.map_or(0, validate::millis))
-                .arg(&rid)
-                .arg(settings.0)
-                .arg(settings.1)
-                .arg(settings.2)
-                .arg(settings.3)
-                .arg(receipt::seed(&rid))
-                .arg(how)
-                .arg(id)
-                .arg(finish_rid)
-                .arg(delay.map(|d| d.to_string()).unwrap_or_default())
-                .arg(&k.records);
-            for r in &received {
-                call = call.arg(r);
-            }
-            // While waiting for work, a legacy queue lock may hold us as long as the wait.
-            let legacy_wait = match deadline {
-                Some(d) => d
-                    .saturating_duration_since(Instant::now())
-                    .max(legacy_timeout),
-                None if wait == Wait::Forever => Duration::from_secs_f64(validate::MAX_SECONDS),
-                None => legacy_timeout,
-            };
-            let sent = Instant::now();
-            let reply = self.legacy_retry(Some(legacy_wait), interrupt, || {
-                self.run_take(&call, &keys, &rid, wait, deadline, interrupt)
-            })?;
-            // The script recorded what it did: the record goes with the next take.
-            if int_at(&reply, 0) == 1 || this_finish.is_some() {
-                self.reply_received(rid.clone());
-            }
-            let reserved = visibility.map(|v| (rid.as_str(), v, sent));
-            let taken = parse_take(&reply, reserved).map_err(|e| e.context(&self.label))?;
+            let this_finish = pending.borrow().clone();
+            let taken = self.take_once(&spec, this_finish.as_ref(), waiter, interrupt)?;
             if this_finish.is_some() {
-                pending_finish.set(None);
-                let code = match &taken {
-                    Taken::Tasks(_, f) | Taken::Empty(_, f) => *f,
-                };
-                finished.set(code > 0);
-                if code == 2 && how == "nack" {
-                    self.dead_lettered(id);
+                pending.replace(None);
+                finished.set(taken.finish_code() > 0);
+                if let Some(f) = &this_finish {
+                    self.finished_by_take(f, taken.finish_code());
                 }
             }
             Ok(taken)
@@ -226,7 +171,7 @@ impl Queue {
             Err(e) => return Err(e),
         }
         let spec = WaitSpec {
-            deadline,
+            deadline: spec.deadline,
             recheck: self.opts.recheck,
             interrupt,
             label: &self.label,
@@ -248,6 +193,127 @@ impl Queue {
             &waiter,
         )?;
         Ok(step(got.unwrap_or_default()))
+    }
+
+    /// `finish` checked and owned, for the take that carries it.
+    pub(super) fn pending_finish(&self, finish: Finish<'_>) -> Result<Option<PendingFinish>> {
+        let (how, task, delay) = match finish {
+            Finish::Nothing => return Ok(None),
+            Finish::Ack(t) => ("ack", t, None),
+            Finish::Nack(t, delay) => (
+                "nack",
+                t,
+                delay.map(|d| validate::offset(d, "delay")).transpose()?,
+            ),
+        };
+        let receipt = task.receipt.as_deref().unwrap_or_default();
+        Ok(Some(PendingFinish {
+            how,
+            id: task.id.clone(),
+            rid: self.rid(&task.id, receipt)?.to_owned(),
+            delay,
+        }))
+    }
+
+    /// After a take carried `finish`, which answered `code`: a nack that
+    /// used the task's last attempt (2) is reported as dead-lettered.
+    pub(super) fn finished_by_take(&self, finish: &PendingFinish, code: i64) {
+        if code == 2 && finish.how == "nack" {
+            self.dead_lettered(&finish.id);
+        }
+    }
+
+    /// What every attempt of one take sends besides its waiter and finish.
+    pub(super) fn take_spec(
+        &self,
+        mode: Mode,
+        count: usize,
+        visibility: Option<Duration>,
+        wait: Wait,
+        legacy_timeout: Option<Duration>,
+    ) -> TakeSpec {
+        let o = &self.opts;
+        // Backoffs in whole milliseconds, rounded up; zero stays zero.
+        let ms = |d: Duration| d.as_micros().div_ceil(1000).min(u128::from(u64::MAX)) as u64;
+        TakeSpec {
+            mode,
+            count,
+            visibility,
+            settings: (
+                o.max_attempts.unwrap_or(0),
+                ms(o.backoff),
+                ms(o.backoff_cap),
+                o.backoff_jitter,
+            ),
+            lease_ms: validate::millis(wait::lease_for(o.recheck)),
+            legacy_timeout: legacy_timeout.unwrap_or(o.legacy_lock_timeout),
+            wait,
+            deadline: wait.deadline(),
+        }
+    }
+
+    /// One attempt of a take: one run of the take script (carrying
+    /// `finish`, if any), registering as `waiter` when nothing is due.
+    pub(super) fn take_once(
+        &self,
+        spec: &TakeSpec,
+        finish: Option<&PendingFinish>,
+        waiter: &str,
+        interrupt: Option<Interrupt<'_>>,
+    ) -> Result<Taken> {
+        let k = &self.keys;
+        let rid = new_token();
+        let mut record = k.records.clone();
+        record.extend_from_slice(rid.as_bytes());
+        let mut keys = self.task_keys().to_vec();
+        keys.push(&record);
+        let (how, id, finish_rid, delay) = match finish {
+            Some(f) => (f.how, f.id.as_slice(), f.rid.as_str(), f.delay),
+            None => ("", &b""[..], "", None),
+        };
+        let received = self.received_rids();
+        let settings = spec.settings;
+        let mut call = QUEUE_TAKE
+            .call(&keys)
+            .arg(spec.mode)
+            .arg(spec.count)
+            .arg(self.check_legacy)
+            .arg(&k.channel)
+            .arg(waiter)
+            .arg(spec.lease_ms)
+            .arg(spec.visibility.map_or(0, validate::millis))
+            .arg(&rid)
+            .arg(settings.0)
+            .arg(settings.1)
+            .arg(settings.2)
+            .arg(settings.3)
+            .arg(receipt::seed(&rid))
+            .arg(how)
+            .arg(id)
+            .arg(finish_rid)
+            .arg(delay.map(|d| d.to_string()).unwrap_or_default())
+            .arg(&k.records);
+        for r in &received {
+            call = call.arg(r);
+        }
+        // While waiting for work, a legacy queue lock may hold us as long as the wait.
+        let legacy_wait = match spec.deadline {
+            Some(d) => d
+                .saturating_duration_since(Instant::now())
+                .max(spec.legacy_timeout),
+            None if spec.wait == Wait::Forever => Duration::from_secs_f64(validate::MAX_SECONDS),
+            None => spec.legacy_timeout,
+        };
+        let sent = Instant::now();
+        let reply = self.legacy_retry(Some(legacy_wait), interrupt, || {
+            self.run_take(&call, &keys, &rid, spec.wait, spec.deadline, interrupt)
+        })?;
+        // The script recorded what it did: the record goes with the next take.
+        if int_at(&reply, 0) == 1 || finish.is_some() {
+            self.reply_received(rid.clone());
+        }
+        let reserved = spec.visibility.map(|v| (rid.as_str(), v, sent));
+        parse_take(&reply, reserved).map_err(|e| e.context(&self.label))
     }
 
     /// Runs a take. When its reply is lost, the same call (same rid) is
@@ -308,7 +374,7 @@ impl Queue {
         let _ = crate::settle::settle_or_defer(settlement, lost::no_time());
     }
 
-    fn leave(&self, waiter: &str) -> Result<()> {
+    pub(super) fn leave(&self, waiter: &str) -> Result<()> {
         let k = &self.keys;
         let call = QUEUE_LEAVE
             .call(&[&k.queue, &k.inflight, &k.waiters, &k.leases])

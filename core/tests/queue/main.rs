@@ -11,6 +11,7 @@ mod faults;
 mod payloads;
 mod reliable;
 mod replicas;
+mod steps;
 mod worker;
 
 use ferrolock::Task;
