@@ -1,5 +1,9 @@
 //! The [`Lock`]: a distributed lock on one deployment (a server, a Sentinel
 //! master or a Cluster).
+//!
+//! This file has the lock, its state and the calls that read or extend a
+//! hold; `single/acquire.rs` the acquire, `single/release.rs` the release,
+//! `single/replicas.rs` `min_replicas`.
 
 mod acquire;
 mod release;

@@ -9,7 +9,8 @@
 //! stats), `task.rs` (what is handed out), `receipt.rs` (what a reservation
 //! is acked with), `heartbeat.rs` (keeping reservations alive in the
 //! background), `worker.rs` (the worker loop's steps), `reply.rs` (reading
-//! script replies), `legacy.rs` (waiting out a legacy client's queue lock).
+//! script replies), `legacy.rs` (waiting out a legacy client's queue lock),
+//! `lost.rs` (takes whose reply was lost), `replicas.rs` (`min_replicas`).
 
 pub(crate) mod dead;
 mod heartbeat;
