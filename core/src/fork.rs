@@ -92,3 +92,35 @@ extern "C" fn child() {
     PID.store(std::process::id(), Ordering::Relaxed);
     registered().rev().for_each(|h| (h.child)());
 }
+
+/// Defines `fn $name()`, which registers (once) the `fork()` hooks that hold
+/// the mutex `$mutex` (an expression of type `&'static Mutex<$ty>`) across
+/// a fork: taken in the prepare handler, released in the parent and the
+/// child, so that no half-finished update behind it is copied into a child.
+/// Call `$name()` before the mutex is first taken.
+macro_rules! hold_mutex_across_forks {
+    ($name:ident, $ty:ty, $mutex:expr) => {
+        fn $name() {
+            thread_local! {
+                /// The mutex's guard, held by `fork()`'s prepare handler.
+                static HOLD: ::std::cell::RefCell<Option<::std::sync::MutexGuard<'static, $ty>>> =
+                    const { ::std::cell::RefCell::new(None) };
+            }
+            fn release() {
+                let _ = HOLD.try_with(|h| h.borrow_mut().take());
+            }
+            static ONCE: ::std::sync::Once = ::std::sync::Once::new();
+            ONCE.call_once(|| {
+                $crate::fork::register($crate::fork::Hooks {
+                    prepare: || {
+                        let guard = $crate::sync::LockUnpoisoned::lock_unpoisoned($mutex);
+                        let _ = HOLD.try_with(|h| *h.borrow_mut() = Some(guard));
+                    },
+                    parent: release,
+                    child: release,
+                })
+            });
+        }
+    };
+}
+pub(crate) use hold_mutex_across_forks;

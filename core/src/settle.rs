@@ -23,7 +23,7 @@
 //! [`Error::outcome_unknown`]: crate::Error::outcome_unknown
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard, Once, OnceLock};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::budget::Budget;
@@ -228,29 +228,7 @@ fn state() -> MutexGuard<'static, State> {
     st
 }
 
-thread_local! {
-    /// The keeper's state, held by `fork()`'s prepare handler.
-    static FORK_HOLD: std::cell::RefCell<Option<MutexGuard<'static, State>>> =
-        const { std::cell::RefCell::new(None) };
-}
-
-fn hold_across_forks() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        crate::fork::register(crate::fork::Hooks {
-            prepare: || {
-                let guard = keeper().state.lock_unpoisoned();
-                let _ = FORK_HOLD.try_with(|h| *h.borrow_mut() = Some(guard));
-            },
-            parent: release_after_fork,
-            child: release_after_fork,
-        })
-    });
-}
-
-fn release_after_fork() {
-    let _ = FORK_HOLD.try_with(|h| h.borrow_mut().take());
-}
+crate::fork::hold_mutex_across_forks!(hold_across_forks, State, &keeper().state);
 
 /// The keeper thread: tries every due settlement (one command timeout each,
 /// with the state unlocked), reschedules those that failed, drops those

@@ -17,7 +17,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard, Once, OnceLock};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use crate::sync::LockUnpoisoned;
@@ -201,29 +201,7 @@ fn state() -> MutexGuard<'static, State> {
     st
 }
 
-thread_local! {
-    /// The queue, held by `fork()`'s prepare handler (see `fork.rs`).
-    static FORK_HOLD: std::cell::RefCell<Option<MutexGuard<'static, State>>> =
-        const { std::cell::RefCell::new(None) };
-}
-
-fn hold_across_forks() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        crate::fork::register(crate::fork::Hooks {
-            prepare: || {
-                let guard = queue().state.lock_unpoisoned();
-                let _ = FORK_HOLD.try_with(|h| *h.borrow_mut() = Some(guard));
-            },
-            parent: release_after_fork,
-            child: release_after_fork,
-        })
-    });
-}
-
-fn release_after_fork() {
-    let _ = FORK_HOLD.try_with(|h| h.borrow_mut().take());
-}
+crate::fork::hold_mutex_across_forks!(hold_across_forks, State, &queue().state);
 
 /// Starts (or stops) keeping events for a listener. Off by default.
 pub fn enable(on: bool) {

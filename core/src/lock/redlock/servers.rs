@@ -21,7 +21,7 @@
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Once, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::budget::Budget;
@@ -190,31 +190,8 @@ type Registry = HashMap<String, Arc<Server>>;
 /// The servers seen by this process, by redacted URL.
 static SERVERS: Mutex<Option<Registry>> = Mutex::new(None);
 
-thread_local! {
-    /// The registry, held by `fork()`'s prepare handler.
-    static FORK_HOLD: std::cell::RefCell<Option<MutexGuard<'static, Option<Registry>>>> =
-        const { std::cell::RefCell::new(None) };
-}
-
-/// Registers the `fork()` hooks that hold the registry across a fork (see
-/// `fork.rs`); what was seen of the servers stays true in the child.
-fn hold_across_forks() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        crate::fork::register(crate::fork::Hooks {
-            prepare: || {
-                let guard = SERVERS.lock_unpoisoned();
-                let _ = FORK_HOLD.try_with(|h| *h.borrow_mut() = Some(guard));
-            },
-            parent: release_after_fork,
-            child: release_after_fork,
-        })
-    });
-}
-
-fn release_after_fork() {
-    let _ = FORK_HOLD.try_with(|h| h.borrow_mut().take());
-}
+// What was seen of the servers stays true in a forked child.
+crate::fork::hold_mutex_across_forks!(hold_across_forks, Option<Registry>, &SERVERS);
 
 #[cfg(test)]
 mod tests {
