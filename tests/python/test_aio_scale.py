@@ -1,6 +1,6 @@
 """5,000 asyncio tasks contending on a few locks in one process: all served,
-in FIFO order in fair mode, with a bounded number of threads and server
-connections (measured and printed)."""
+in the order they queued up in Redis (fair mode), with a bounded number of
+threads and server connections (measured and printed)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ def test_5000_tasks_on_5_fair_locks(url, r, name):
     holders = [aio.Lock(n, fair=True) for n in names]
     started: dict[int, list[int]] = {i: [] for i in range(LOCKS)}
     served: dict[int, list[int]] = {i: [] for i in range(LOCKS)}
+    served_tokens: dict[int, list[str]] = {i: [] for i in range(LOCKS)}
+    queued_tokens: dict[int, list[str]] = {}
     inside = [0] * LOCKS
     overlaps = 0
     clients_before = len(r("CLIENT", "LIST").splitlines())
@@ -46,8 +48,14 @@ def test_5000_tasks_on_5_fair_locks(url, r, name):
             if inside[k] != 1:
                 overlaps += 1
             served[k].append(i)
+            served_tokens[k].append(lock.token)
             await asyncio.sleep(0)
             inside[k] -= 1
+
+    def waiters(k: int) -> str:
+        found = r("KEYS", f"*Lock:{names[k]}:waiters")
+        assert len(found) == 1, found
+        return found[0]
 
     async def main() -> float:
         sampler = asyncio.create_task(sample())
@@ -59,7 +67,15 @@ def test_5000_tasks_on_5_fair_locks(url, r, name):
             tasks.append(asyncio.create_task(contender(i)))
             if i % 500 == 499:
                 await asyncio.sleep(0)  # let them start in order
-        await asyncio.sleep(1.0)
+        # Every contender has queued up in Redis (a loaded machine may take
+        # more than a second); record each lock's queue, in its order.
+        deadline = time.monotonic() + 60
+        while sum(int(r("ZCARD", waiters(k))) for k in range(LOCKS)) < TASKS:
+            assert time.monotonic() < deadline, "contenders did not all queue up"
+            await asyncio.sleep(0.05)
+        for k in range(LOCKS):
+            members = r("ZRANGE", waiters(k), "0", "-1")
+            queued_tokens[k] = [m.decode().rsplit("|", 1)[-1] for m in members]
         t0 = time.monotonic()
         for h in holders:
             await h.release()
@@ -70,9 +86,10 @@ def test_5000_tasks_on_5_fair_locks(url, r, name):
 
     span = asyncio.run(main())
     stats = _native._aio_stats()
-    # FIFO: each lock served its waiters in the order they registered. The
-    # executor's threads send first attempts in parallel, so neighbours may
-    # register a few places apart: measure how far any waiter moved.
+    # Fair: each lock served its waiters exactly in the order of its queue in
+    # Redis. The executor's threads send first attempts in parallel, so the
+    # queue order may differ a little from the order the tasks started in: how
+    # far is printed, not asserted (a descheduled thread moves it further).
     moved = 0
     for k in range(LOCKS):
         rank = {task: pos for pos, task in enumerate(sorted(started[k]))}
@@ -82,11 +99,12 @@ def test_5000_tasks_on_5_fair_locks(url, r, name):
           f"({TASKS / span:.0f} hand-overs/s); threads {threads_before} before, "
           f"{peak['threads']} at peak (executor bound {stats['max_threads']}, "
           f"peak {stats['threads_peak']}); server connections {clients_before} before, "
-          f"{peak['clients']} at peak; furthest a waiter moved from FIFO: {moved}")
+          f"{peak['clients']} at peak; furthest a waiter queued from its start order: {moved}")
     assert overlaps == 0
     assert sum(len(s) for s in served.values()) == TASKS
     assert all(sorted(served[k]) == sorted(started[k]) for k in range(LOCKS))
-    assert moved <= 2 * stats["max_threads"], f"FIFO order broken: a waiter moved {moved} places"
+    for k in range(LOCKS):
+        assert served_tokens[k] == queued_tokens[k], f"lock {k} not served in its queue's order"
     # Bounded: the executor, the hub's reader, the timer thread and the
     # core's background threads; never a thread per waiting task.
     assert peak["threads"] - threads_before <= stats["max_threads"] + 8
