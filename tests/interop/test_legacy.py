@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -23,8 +24,11 @@ def test_legacy_and_extension_workers_drain_one_queue_exactly_once(url: str, r, 
     ids = [f"task-{i}" for i in range(3000)]
     for chunk in range(0, len(ids), 500):
         r("ZADD", f"Queue:{name}", *[x for i in ids[chunk:chunk + 500] for x in ("1", i)])
+    # All four begin at one instant, 1 s from now (PHP starts in tens of ms;
+    # one that started late could find the queue drained by the others).
+    start_at = f"{time.time() + 1.0:.3f}"
     cmd = lambda mode, batch: ["php", "-d", f"extension={PHP_EXT}", str(HERE / "workers" / "drain.php"),  # noqa: E731
-                               mode, name, str(batch)]
+                               mode, name, str(batch), start_at]
     # One legacy worker (two legacy workers can race each other: their bug, not ours).
     workers = [subprocess.Popen(cmd(mode, batch), env={**os.environ, "REDIS_URL": url},
                                 stdout=subprocess.PIPE, text=True)

@@ -1,11 +1,14 @@
 <?php
 /** Worker: pops tasks until the queue stays empty, printing each id.
- *  Usage: drain.php ferrolock|legacy <queue name> <batch> */
+ *  Usage: drain.php ferrolock|legacy <queue name> <batch> <start at, Unix time> */
 require __DIR__ . '/../../php/helpers.php';
-[, $mode, $name, $batch] = $argv;
+[, $mode, $name, $batch, $startAt] = $argv;
 $q = $mode === 'legacy' ? new LegacyRedisQueue() : new RedisQueue();
+if ((float) $startAt > microtime(true)) {
+    time_sleep_until((float) $startAt);
+}
 $idle = 0;
-while ($idle < 20) {
+while ($idle < 100) { // 0.5 s with nothing popped: the queue is drained
     $got = $q->pop($name, (int) $batch);
     if ($got === false || $got === []) {
         $idle++;
