@@ -53,7 +53,7 @@ def test_ctrl_c_interrupts_a_blocked_acquire(url, name):
     with pytest.raises(KeyboardInterrupt):
         waiter.acquire()  # forever
     elapsed = time.monotonic() - start
-    assert elapsed < 0.3 + 0.5, elapsed
+    assert elapsed < 0.3 + 3, elapsed  # the signal, not a timeout (there is none); a loaded CI is slow
     assert waiter.token is None and not waiter.owned()
     assert holder.owned(), "the holder is untouched"
     holder.release()
@@ -73,7 +73,7 @@ def test_ctrl_c_interrupts_a_queue_call_waiting_for_a_legacy_queue_lock(url, r, 
         start = time.monotonic()
         with pytest.raises(KeyboardInterrupt):
             call()  # would wait up to 10 s for the legacy lock
-        assert time.monotonic() - start < 0.3 + 0.5
+        assert time.monotonic() - start < 0.3 + 3, "interrupted well before the 10 s wait"
     r("DEL", f"Lock:Queue:{name}")
     assert [t.id for t in queue.pop(5)] == ["t"], "nothing was done"
 

@@ -107,9 +107,9 @@ def test_a_killed_holders_waiters_proceed_after_the_ttl(url, name):
 
 
 def test_watchdog_keeps_the_lock_past_3x_ttl_and_reports_loss(url, r, name):
-    lock = Lock(name, ttl=0.3)  # auto_renew is the default
+    lock = Lock(name, ttl=0.6)  # auto_renew is the default; renewals every 0.2 s
     assert lock.acquire()
-    time.sleep(1.2)
+    time.sleep(2.0)
     assert lock.owned() and not lock.lost
     r("DEL", f"Lock:{name}")
     wait_until(lambda: lock.lost, timeout=3)
@@ -133,8 +133,8 @@ def test_watchdog_wakes_early_for_a_shorter_lease(url, name):
     # away); a lock with a shorter TTL registered meanwhile must wake it.
     with Lock(f"{name}-long", ttl=30):
         time.sleep(0.1)
-        with Lock(name, ttl=0.3) as short:
-            time.sleep(1.2)
+        with Lock(name, ttl=0.6) as short:
+            time.sleep(2.0)
             assert short.owned() and not short.lost
 
 
