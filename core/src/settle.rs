@@ -85,12 +85,34 @@ pub(crate) fn defer(settlement: Box<dyn Settlement>) {
     report(EventKind::SettlementDeferred, &*settlement, || {
         "its reply was lost; put right in the background once the server answers".into()
     });
+    hand_over(vec![settlement], false);
+}
+
+/// Hands a batch of settlements to the keeper, tried in the given order
+/// (most urgent first) ahead of nothing else, reported as one event saying
+/// `why` instead of one per settlement: a Sentinel failover replays the
+/// releases of its last seconds (hundreds on a busy lock), and a log line
+/// each, read and logged by the binding while the keeper works, would both
+/// flood the log and slow the replays down.
+pub(crate) fn defer_batch(settlements: Vec<Box<dyn Settlement>>, why: String) {
+    if settlements.is_empty() {
+        return;
+    }
+    crate::ops::events::emit_with(|| Event::new(EventKind::SettlementDeferred, b"", why));
+    hand_over(settlements, true);
+}
+
+/// Queues `settlements` for the keeper (starting it if needed) and wakes it.
+fn hand_over(settlements: Vec<Box<dyn Settlement>>, quiet: bool) {
     let mut st = state();
-    st.entries.push(Entry {
-        settlement,
-        due: Instant::now(),
-        backoff: FIRST_BACKOFF,
-    });
+    let now = Instant::now();
+    st.entries
+        .extend(settlements.into_iter().map(|settlement| Entry {
+            settlement,
+            due: now,
+            backoff: FIRST_BACKOFF,
+            quiet,
+        }));
     PENDING.store(st.entries.len(), Ordering::Release);
     if !st.running {
         st.running = true;
@@ -181,6 +203,9 @@ struct Entry {
     settlement: Box<dyn Settlement>,
     due: Instant,
     backoff: Duration,
+    /// One of a batch reported as a whole ([`defer_batch`]): no event of
+    /// its own when it is settled or given up.
+    quiet: bool,
 }
 
 struct State {
@@ -230,7 +255,7 @@ fn state() -> MutexGuard<'static, State> {
 
 crate::fork::hold_mutex_across_forks!(hold_across_forks, State, &keeper().state);
 
-/// The keeper thread: tries every due settlement (one command timeout each,
+/// The keeper thread: tries every due settlement in turn (one command timeout each,
 /// with the state unlocked), reschedules those that failed, drops those
 /// settled or past their horizon, and sleeps until the next is due. Ends
 /// when nothing is pending.
@@ -253,7 +278,7 @@ fn run() {
             // Reported with the state unlocked: no mutex of ours is taken
             // while another is held (see `fork.rs`).
             drop(st);
-            for e in expired {
+            for e in expired.into_iter().filter(|e| !e.quiet) {
                 report(EventKind::SettlementExpired, &*e.settlement, || {
                     "given up: what it was about has expired in Redis by itself".into()
                 });
@@ -274,14 +299,16 @@ fn run() {
                 .unwrap_or_else(|p| p.into_inner().0);
             continue;
         };
-        let mut entry = st.entries.swap_remove(index);
+        // (In order: the first due is the oldest deferred, or the most
+        // urgent of a batch.)
+        let mut entry = st.entries.remove(index);
         st.trying = Some(entry.settlement.client_id() as usize);
         drop(st);
         let settled = entry
             .settlement
             .settle(Budget::until(Instant::now() + MAX_BACKOFF * 3))
             .is_ok();
-        if settled {
+        if settled && !entry.quiet {
             report(EventKind::SettlementDone, &*entry.settlement, || {
                 "put right after its reply was lost".into()
             });

@@ -57,14 +57,26 @@ impl Client {
     }
 
     /// After a failover: hands the releases of the last moments to the
-    /// keeper, which runs them on the new master.
+    /// keeper, which runs them on the new master, newest first: a hold the
+    /// new master still has is most likely one released just before the
+    /// client saw the switch, and its waiters wait for that one (a busy
+    /// lock keeps hundreds of releases in the window).
     pub(super) fn replay(&self, replays: VecDeque<(Instant, Box<dyn Settlement>)>) {
         let window = replay_window(self.inner.config.command_timeout);
         let now = Instant::now();
-        for (at, settlement) in replays {
-            if now.duration_since(at) <= window {
-                settle::defer(settlement);
-            }
-        }
+        let recent: Vec<Box<dyn Settlement>> = replays
+            .into_iter()
+            .rev()
+            .take_while(|(at, _)| now.duration_since(*at) <= window)
+            .map(|(_, settlement)| settlement)
+            .collect();
+        let why = format!(
+            "the Sentinel master of {} changed: the {} lock release(s) of the last {:.1} s \
+             run again on the new master (the old one may have taken them after the promotion)",
+            self.inner.config.redacted_url(),
+            recent.len(),
+            window.as_secs_f64()
+        );
+        settle::defer_batch(recent, why);
     }
 }
