@@ -139,8 +139,9 @@ struct Held {
 enum Extended {
     /// A quorum extended it within its validity (the hold is updated).
     Done,
-    /// Too few masters extended it in time: this many did.
-    Refused(usize),
+    /// Too few masters extended it in time: `yes` did, `no` (of those that
+    /// may vote) answered that the key is not this hold's.
+    Refused { yes: usize, no: usize },
     /// Fewer than a quorum of masters answered.
     Unreachable(Error),
 }
@@ -422,7 +423,7 @@ impl Inner {
                 self.give_up(&held.token, key_ttl, budget);
                 Err(e)
             }
-            Extended::Refused(count) => {
+            Extended::Refused { yes: count, .. } => {
                 let why = format!(
                     "only {count} of {} masters extended it in time (quorum {})",
                     self.masters.clients().len(),
@@ -461,7 +462,10 @@ impl Inner {
                 }
                 Extended::Done
             }
-            None => Extended::Refused(count),
+            None => Extended::Refused {
+                yes: count,
+                no: self.masters.votes(&extended, |r| matches!(r, Ok(0))),
+            },
         }
     }
 

@@ -1,7 +1,9 @@
 //! The background renewal of a Redlock hold ([`Redlock::auto_renew`]): a
 //! thread per hold, which extends it every ttl/3 with the quorum and
-//! validity checks of an extend, and reports it lost when the quorum is
-//! gone or no renewal succeeded within its validity.
+//! validity checks of an extend, and reports it lost when so many masters
+//! answer that the key is no longer this hold's that no quorum can renew it,
+//! or no renewal succeeded within its validity (masters that do not answer
+//! in time make a renewal fail: it is tried again while the validity lasts).
 //!
 //! One thread per hold, not the watchdog's one thread per process: a
 //! Redlock renewal asks every master in parallel and waits for a quorum
@@ -107,22 +109,32 @@ impl Inner {
         if Instant::now() >= held.valid_until {
             return lost("no renewal succeeded within its validity (ttl − elapsed − clock drift)");
         }
-        match self.try_extend(&held, held.ttl, budget) {
-            Extended::Done => Renewed::Yes,
-            Extended::Refused(count) => lost(&format!(
-                "a renewal found only {count} of {} masters holding it (quorum {})",
-                self.masters.clients().len(),
-                self.quorum()
-            )),
-            Extended::Unreachable(e) if Instant::now() < held.valid_until => {
-                if !failing && self.holds(token) {
-                    crate::ops::renewal_failed(&self.me, &e.to_string());
-                }
-                Renewed::Failed
+        let masters = self.masters.clients().len();
+        let why = match self.try_extend(&held, held.ttl, budget) {
+            Extended::Done => return Renewed::Yes,
+            // So many masters no longer have it that no quorum can extend it.
+            Extended::Refused { yes, no } if no > masters - self.quorum() => {
+                return lost(&format!(
+                    "a renewal found it gone on {no} of {masters} masters, held on {yes} \
+                     (quorum {})",
+                    self.quorum()
+                ));
             }
-            Extended::Unreachable(e) => lost(&format!(
-                "no renewal succeeded within its validity (the last: {e})"
-            )),
+            // Masters that did not answer in time: not a quorum, not a loss.
+            Extended::Refused { yes, .. } => format!(
+                "only {yes} of {masters} masters extended it in time (quorum {})",
+                self.quorum()
+            ),
+            Extended::Unreachable(e) => e.to_string(),
+        };
+        if Instant::now() >= held.valid_until {
+            return lost(&format!(
+                "no renewal succeeded within its validity (the last: {why})"
+            ));
         }
+        if !failing && self.holds(token) {
+            crate::ops::renewal_failed(&self.me, &why);
+        }
+        Renewed::Failed
     }
 }
