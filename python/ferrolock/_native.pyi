@@ -210,6 +210,7 @@ class Lock(_LockBase):
         """Remaining TTL of the key in seconds, whoever holds it (``None``: not
         held, or no TTL)."""
 
+@disjoint_base
 class Redlock(_LockBase):
     """A lock over several independent Redis masters: the native half of
     ``ferrolock.Redlock`` (see there)."""
