@@ -461,6 +461,8 @@ final class Lock
     /**
      * Frees the lock whoever holds it (for operators: a stuck holder); the
      * oldest waiter gets it, as on a release. True when a hold was ended.
+     * Reported as a `forced_release` event (Events::onEvent) naming the
+     * shortened token of the hold it ended.
      */
     public function forceRelease(): bool {}
 
@@ -752,7 +754,21 @@ final class Events {
     public static function onLockLost(?callable $hook): void {}
 
     /**
-     * Calls the hook for the losses found since the last call into the
+     * `$hook(array $event)` is called for every event of this process that
+     * happened where no caller could be told: `kind` (`lock_lost`,
+     * `renewal_failed`, `slow_acquire`, `forced_release`, `dead_lettered`,
+     * `settlement_deferred`, `settlement_done`, `settlement_expired`),
+     * `level` (`info`, `warning`, `error`), `message`, `name`, `at` (unix
+     * seconds), `seconds` (a slow acquire's wait), `holder` and `origin` (a
+     * forced release: the shortened token of the hold it ended, and `lock` or
+     * `inspector`), `lock_id`. Called as onLockLost's hook is (at the next call
+     * into the extension, on the request's thread; what it throws goes to
+     * error_log()). null removes it; it is dropped at the end of the request.
+     */
+    public static function onEvent(?callable $hook): void {}
+
+    /**
+     * Calls the hooks for what happened since the last call into the
      * extension (for a long computation that makes no other call).
      */
     public static function dispatch(): void {}

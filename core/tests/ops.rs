@@ -289,8 +289,18 @@ fn events_and_metrics() {
     key.extend_from_slice(b"lost");
     let _: () = redis::cmd("DEL").arg(&key).query(&mut raw()).unwrap();
     eventually("the watchdog finds it lost", || lost.lost());
-    // A forced release and a dead letter.
+    // Forced releases, by the inspector and by a lock object, and a dead letter.
+    let busy_token = busy.token().unwrap();
     assert!(ins.force_release(b"busy").unwrap().is_some());
+    let stuck = Lock::new(&c, b"stuck", lo.clone()).unwrap();
+    assert!(stuck.try_acquire().unwrap());
+    let stuck_token = stuck.token().unwrap();
+    assert!(
+        Lock::new(&c, b"stuck", lo.clone())
+            .unwrap()
+            .force_release()
+            .unwrap()
+    );
     qo.max_attempts = Some(1);
     let q = Queue::new(&c, b"q", qo).unwrap();
     q.enqueue(&[b"t"], 0.0, None, None).unwrap();
@@ -301,7 +311,8 @@ fn events_and_metrics() {
     );
 
     // Other tests of this binary run meanwhile: only this test's names count.
-    let ours = |e: &events::Event| [&b"slow"[..], b"busy", b"lost", b"q"].contains(&&e.name[..]);
+    let ours =
+        |e: &events::Event| [&b"slow"[..], b"busy", b"lost", b"q", b"stuck"].contains(&&e.name[..]);
     let mut seen = Vec::new();
     eventually("every event arrives", || {
         seen.extend(
@@ -318,6 +329,7 @@ fn events_and_metrics() {
         ]
         .iter()
         .all(|k| seen.iter().any(|e| e.kind == *k))
+            && seen.iter().any(|e| e.name == b"stuck")
     });
     let of = |k| seen.iter().filter(move |e: &&events::Event| e.kind == k);
     let slow: Vec<_> = of(events::EventKind::SlowAcquire).collect();
@@ -328,6 +340,18 @@ fn events_and_metrics() {
     assert_eq!(lost_events[0].lock_id, lost.id(), "names the lock object");
     assert!(lost_events[0].message.contains("lost"));
     assert!(of(events::EventKind::DeadLettered).any(|e| e.message.contains("\"t\"")));
+    let forced: Vec<_> = of(events::EventKind::ForcedRelease).collect();
+    assert_eq!(forced.len(), 2, "{seen:?}");
+    for (e, name, token, origin) in [
+        (forced[0], &b"busy"[..], &busy_token, "inspector"),
+        (forced[1], &b"stuck"[..], &stuck_token, "lock"),
+    ] {
+        assert_eq!(e.name, name);
+        assert_eq!(e.holder, format!("{}…", &token[..8]), "the hold it ended");
+        assert_eq!(e.origin, origin);
+        assert!(e.message.contains(&e.holder) && e.message.contains(origin));
+        assert_eq!(e.kind.level(), events::Level::Warning);
+    }
     // The release of the lost lock finds it gone: not reported twice.
     assert!(lost.release().unwrap_err().is_not_owned());
     thread::sleep(Duration::from_millis(100));
@@ -342,7 +366,7 @@ fn events_and_metrics() {
     assert!(after.lock_hold.count >= before.lock_hold.count + 2);
     assert!(after.acquires_missed > before.acquires_missed);
     assert!(after.locks_lost > before.locks_lost);
-    assert!(after.forced_releases > before.forced_releases);
+    assert!(after.forced_releases >= before.forced_releases + 2);
     assert!(after.dead_lettered > before.dead_lettered);
     let waits = &after.lock_wait;
     assert_eq!(waits.cumulative.len(), metrics::BUCKETS.len() + 1);

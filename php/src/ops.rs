@@ -15,7 +15,7 @@ use ferrolock::ops::metrics;
 
 use crate::args::{type_error, type_name};
 use crate::errors::guard;
-use crate::lost_hook::{release_hook, set_hook};
+use crate::lost_hook::{Hook, remove_hook, set_hook};
 
 /// This process's lock figures, for an application's own exporter.
 #[php_class]
@@ -77,30 +77,49 @@ impl Events {
     /// throws goes to `error_log()`. `null` removes it. Kept until the end of
     /// the request.
     pub fn onLockLost(hook: &Zval) -> PhpResult<()> {
-        guard(|| {
-            let hook = hook.dereference();
-            if hook.is_null() {
-                release_hook();
-                return Ok(());
-            }
-            if ZendCallable::new(hook).is_err() {
-                let at = crate::args::At {
-                    function: "Ferrolock\\Events::onLockLost",
-                    position: 1,
-                    name: "hook",
-                };
-                return Err(type_error(&at, "?callable", &type_name(hook)));
-            }
-            set_hook(hook.shallow_clone());
-            Ok(())
-        })
+        guard(|| hook_of(Hook::Lost, hook, "Ferrolock\\Events::onLockLost"))
     }
 
-    /// `Ferrolock\Events::dispatch(): void` — calls the hook for the losses
-    /// found since the last call into the extension (a long computation
+    /// `Ferrolock\Events::onEvent(?callable $hook): void` — `$hook(array
+    /// $event)` is called for every event of this process, when it happens
+    /// where no caller could be told (the lost-lock hook's losses, renewals
+    /// that failed, slow acquires, forced releases, dead-lettered tasks,
+    /// settlements of lost replies): `kind` (`lock_lost`, `forced_release`,
+    /// …), `level` (`info`, `warning`, `error`), `message`, `name`, `at`
+    /// (unix seconds), `seconds` (a slow acquire's wait), `holder` and
+    /// `origin` (a forced release: the shortened token of the hold it ended,
+    /// and `lock` or `inspector`), `lock_id`. Called as the lost-lock hook
+    /// is (at the next call into the extension, never from a background
+    /// thread; what it throws goes to `error_log()`); `null` removes it.
+    pub fn onEvent(hook: &Zval) -> PhpResult<()> {
+        guard(|| hook_of(Hook::Every, hook, "Ferrolock\\Events::onEvent"))
+    }
+
+    /// `Ferrolock\Events::dispatch(): void` — calls the hooks for what
+    /// happened since the last call into the extension (a long computation
     /// that makes no other call can check here).
     pub fn dispatch() -> PhpResult<()> {
         // guard() dispatches first.
         guard(|| Ok(()))
     }
+}
+
+/// Sets (a callable) or removes (`null`) the hook `which`; `function` names
+/// the method in a `TypeError`.
+fn hook_of(which: Hook, hook: &Zval, function: &'static str) -> PhpResult<()> {
+    let hook = hook.dereference();
+    if hook.is_null() {
+        remove_hook(which);
+        return Ok(());
+    }
+    if ZendCallable::new(hook).is_err() {
+        let at = crate::args::At {
+            function,
+            position: 1,
+            name: "hook",
+        };
+        return Err(type_error(&at, "?callable", &type_name(hook)));
+    }
+    set_hook(which, hook.shallow_clone());
+    Ok(())
 }

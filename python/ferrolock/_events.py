@@ -9,7 +9,11 @@ ferrolock and forks stays single-threaded). It waits for events in the core
 with the GIL released, logs each under the ``ferrolock`` logger
 (``ferrolock.lock``, ``ferrolock.queue``, ``ferrolock.settle``; quiet unless
 the application configures logging: the package adds a ``NullHandler``),
-and calls the ``on_lost`` callback of a lock the watchdog found lost.
+and calls the ``on_lost`` callback of a lock (a ``Lock``, or a ``Redlock``
+with ``auto_renew``) its renewal found lost. A forced release is logged at
+WARNING under ``ferrolock.lock`` with ``ferrolock_holder`` (the shortened
+token of the hold it ended) and ``ferrolock_origin`` (``inspector`` or
+``lock``) in the record.
 
 Under gevent or eventlet the listener is a real OS thread (their patched
 ``threading`` would make it a greenlet, and its native wait would stall the
@@ -114,10 +118,25 @@ def _listen() -> None:
                 logging.getLogger("ferrolock").exception("ferrolock: handling event %r failed", event)
 
 
-def _handle(kind: str, level: str, message: str, name: str, lock_id: int, seconds: float, at: float) -> None:
+def _handle(
+    kind: str,
+    level: str,
+    message: str,
+    name: str,
+    lock_id: int,
+    seconds: float,
+    at: float,
+    holder: str = "",
+    origin: str = "",
+) -> None:
     logger = logging.getLogger(_AREAS.get(kind, "ferrolock"))
-    logger.log(_LEVELS.get(level, logging.WARNING), "%s", message,
-               extra={"ferrolock_event": kind, "ferrolock_name": name})
+    extra: dict[str, object] = {"ferrolock_event": kind, "ferrolock_name": name}
+    if holder or origin:
+        # A forced release: the (shortened) token of the hold it ended, and
+        # where it came from ("inspector": the CLI's release --force; "lock").
+        extra["ferrolock_holder"] = holder
+        extra["ferrolock_origin"] = origin
+    logger.log(_LEVELS.get(level, logging.WARNING), "%s", message, extra=extra)
     if kind == "lock_lost" and lock_id:
         watched = _watched.get(lock_id)
         lock = watched[0]() if watched else None

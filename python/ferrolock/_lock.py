@@ -152,13 +152,39 @@ class Redlock(_native.Redlock, _Forms):
     request, so a hung master does not hold the others up; the validity is
     checked again right before ``acquire()`` returns. ``urls`` must name
     distinct servers. A waiter is woken by the release on its masters
-    (re-checking every 250 ms). Never auto-renewed: ``extend()`` before the ttl
-    runs out. Raises :class:`ConnectionError` when fewer than a majority of
+    (re-checking every 250 ms). auto_renew (off by default): a background
+    thread of each hold extends it every ttl/3 on every master, with the same
+    quorum and validity checks as ``extend()``; without it, ``extend()``
+    before the ttl runs out. on_lost: called as ``on_lost(lock)``, once per
+    hold, from a background thread, when the renewal (``auto_renew``) finds
+    the hold lost: fewer than a majority of masters still have it (its keys
+    expired or were deleted), or no renewal succeeded within its validity;
+    the hold is then released everywhere. A hold found lost by
+    ``release()`` or ``extend()`` raises there instead. Raises :class:`ConnectionError` when fewer than a majority of
     masters answer. A master that restarted less than one ttl ago (or that this
     process first meets less than one ttl after it started) has no vote for
     that long: while fewer than a majority may vote, a try-once or a wait that
     would end first raises :class:`LockError` saying so (docs/deployment.md).
     """
 
-    __slots__ = ()
+    __slots__ = ("__weakref__",)
     __module__ = "ferrolock"
+
+    def __init__(
+        self,
+        name: str,
+        urls: Any,
+        *,
+        on_lost: Callable[[Redlock], object] | None = None,
+        **settings: Any,
+    ) -> None:
+        # As Lock.__init__: the settings were read by the native __new__.
+        if on_lost is not None:
+            _events.watch_lost(self, on_lost)
+        else:
+            _events.start()
+
+    try:
+        __signature__ = inspect.signature(_native.Redlock)
+    except ValueError:  # Python 3.9 reads no signature of a native class
+        pass

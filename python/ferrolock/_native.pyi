@@ -210,6 +210,7 @@ class Lock(_LockBase):
         """Remaining TTL of the key in seconds, whoever holds it (``None``: not
         held, or no TTL)."""
 
+@disjoint_base
 class Redlock(_LockBase):
     """A lock over several independent Redis masters: the native half of
     ``ferrolock.Redlock`` (see there)."""
@@ -222,7 +223,15 @@ class Redlock(_LockBase):
         ttl: float = 30.0,  # DEFAULT_TTL
         timeout: float | None = None,
         prefix: str = "Lock:",  # DEFAULT_LOCK_PREFIX
-    ) -> Self: ...
+        auto_renew: bool = False,
+        on_lost: Callable[[Redlock], object] | None = None,
+    ) -> Self:
+        """Create a Redlock (nothing is sent yet). ``auto_renew``: a thread of
+        each hold extends it every ttl/3 on every master. ``on_lost`` is checked
+        here and wired by ``ferrolock.Redlock.__init__``."""
+    @property
+    def _id(self) -> int:
+        """This object's id in the core's events (``ferrolock/_events.py``)."""
 
 @final
 class Task:
@@ -599,6 +608,9 @@ class _AsyncQueue:
     def ack(self, task: Task) -> _Op: ...
     def nack(self, task: Task, delay: float | None = None) -> _Op: ...
     def touch(self, task: Task, visibility: float | None = None) -> _Op: ...
+    def dead(self, count: int = 100, *, offset: int = 0) -> _Op: ...
+    def retry_dead(self, ids: str | Iterable[str] | None = None) -> _Op: ...
+    def purge_dead(self, ids: str | Iterable[str] | None = None) -> _Op: ...
     def len(self) -> _Op: ...
     def stats(self) -> _Op: ...
 

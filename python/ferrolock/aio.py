@@ -37,13 +37,12 @@ import asyncio
 import functools
 import inspect
 import logging
-import signal
-import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar, Union, final, overload
 
-from ferrolock import _lock, _native, _ops, _queue
+from ferrolock import _lock, _native, _queue
+from ferrolock._aio_work import _next, _on_sigterm, _set_when
 from ferrolock._ops import run as _run
 
 if TYPE_CHECKING:
@@ -218,7 +217,9 @@ class Redlock(_AsyncForms):
     """An asyncio lock over several independent masters: ``ferrolock.Redlock``
     with awaitable methods. Its round trips run off the loop as the others'
     do; a blocking ``acquire`` waits on a thread of its own (Redlock has no
-    step-wise wait), cancelled with the awaiting task."""
+    step-wise wait), cancelled with the awaiting task. ``auto_renew`` and
+    ``on_lost`` as ``ferrolock.Redlock``'s (the callback gets the sync
+    ``ferrolock.Redlock``, from a background thread)."""
 
     __slots__ = ()
 
@@ -230,8 +231,11 @@ class Redlock(_AsyncForms):
         ttl: float = _native.DEFAULT_TTL,
         timeout: float | None = None,
         prefix: str = _native.DEFAULT_LOCK_PREFIX,
+        auto_renew: bool = False,
+        on_lost: Callable[[_lock.Redlock], object] | None = None,
     ) -> None:
-        self._wrap(_lock.Redlock(name, urls, ttl=ttl, timeout=timeout, prefix=prefix))
+        self._wrap(_lock.Redlock(name, urls, ttl=ttl, timeout=timeout, prefix=prefix,
+                                 auto_renew=auto_renew, on_lost=on_lost))
 
 
 @final
@@ -356,7 +360,7 @@ class Queue:
 
     @property
     def sync(self) -> _queue.Queue:
-        """The sync ``ferrolock.Queue`` (its dead-letter and admin methods)."""
+        """The sync ``ferrolock.Queue`` (same queue, blocking methods)."""
         return self._queue
 
     @property
@@ -413,6 +417,23 @@ class Queue:
         polling, no thread); ack each when done (see ``ferrolock.Queue.reserve``)."""
         got = await _run(self._aio.reserve(count, wait=wait, visibility=visibility))
         return self._tasks(got)  # type: ignore[no-any-return]
+
+    async def dead(self, count: int = 100, *, offset: int = 0) -> list[Task]:
+        """Up to ``count`` dead tasks from ``offset`` on, the oldest death first
+        (``score``: when it died; ``attempts`` and ``payload`` kept): see
+        ``ferrolock.Queue.dead``."""
+        return self._tasks(await _run(self._aio.dead(count, offset=offset)))  # type: ignore[no-any-return]
+
+    async def retry_dead(self, ids: str | Iterable[str] | None = None) -> int:
+        """Put dead tasks back into the queue, due now, attempts reset, payloads
+        kept: those of ``ids`` that are dead, or all (``None``). Returns how
+        many. Once sent it finishes, even if the awaiting task is cancelled."""
+        return int(await _run(self._aio.retry_dead(ids)))
+
+    async def purge_dead(self, ids: str | Iterable[str] | None = None) -> int:
+        """Delete dead tasks and their payloads: those of ``ids`` that are dead,
+        or all (``None``). Returns how many (finishes as :meth:`retry_dead`)."""
+        return int(await _run(self._aio.purge_dead(ids)))
 
     async def len(self) -> int:
         """Queued tasks, due or delayed (``len(queue)`` of the sync queue)."""
@@ -533,60 +554,3 @@ class Queue:
                 log.warning("queue worker: could not finish the last task: %s "
                             "(it returns when its reservation runs out)", e)
         return handled
-
-
-async def _next(worker: _native._AsyncWorker, outcome: bool,
-                stopping: asyncio.Event) -> _native.Task | None:
-    """The worker's next task, or ``None`` when its wait ran out or
-    ``stopping`` was set meanwhile (then the wait is given up, and the task
-    just handled is still ended)."""
-    op = worker.next(outcome)
-    stopped = asyncio.ensure_future(stopping.wait())
-    try:
-        await asyncio.wait((op.future, stopped), return_when=asyncio.FIRST_COMPLETED)
-    except asyncio.CancelledError:
-        stopped.cancel()
-        await _ops.abandon(op)
-        raise
-    stopped.cancel()
-    if op.future.done():
-        got: _native.Task | None = op.future.result()
-        return got
-    await _ops.abandon(op)
-    return None
-
-
-async def _set_when(stop: asyncio.Event | _queue._Stop, stopping: asyncio.Event) -> None:
-    """Sets ``stopping`` once ``stop`` is set: awaited if it is an
-    ``asyncio.Event``, else (a ``threading.Event``, any ``is_set()``) looked at
-    every 50 ms."""
-    if isinstance(stop, asyncio.Event):
-        await stop.wait()
-    else:
-        while not stop.is_set():
-            await asyncio.sleep(0.05)
-    stopping.set()
-
-
-def _on_sigterm(stopping: asyncio.Event) -> Callable[[], None]:
-    """SIGTERM stops the loop gracefully while :meth:`Queue.work` runs (when
-    the event loop runs in the main thread and SIGTERM has no handler yet)."""
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-    if signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):
-        return lambda: None
-    loop = asyncio.get_running_loop()
-
-    def on_term() -> None:
-        log.info("queue worker: SIGTERM: finishing the tasks at hand, then stopping")
-        stopping.set()
-
-    try:
-        loop.add_signal_handler(signal.SIGTERM, on_term)
-    except (NotImplementedError, RuntimeError, ValueError):
-        return lambda: None
-
-    def restore() -> None:
-        loop.remove_signal_handler(signal.SIGTERM)
-
-    return restore

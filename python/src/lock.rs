@@ -340,23 +340,38 @@ impl PyLock {
 
 /// A lock over several independent Redis masters (native half of `ferrolock.Redlock`).
 #[pyclass(name = "Redlock", module = "ferrolock._native", extends = PyLockBase, subclass, frozen)]
-pub struct PyRedlock;
+pub struct PyRedlock {
+    /// The same lock as the base's `inner`, with the methods only a `Redlock` has.
+    redlock: Arc<Redlock>,
+}
 
 #[pymethods]
 impl PyRedlock {
     #[new]
     #[pyo3(
         signature = (name, urls, *, ttl = DEFAULT_TTL.as_secs_f64(), timeout = None,
-                     prefix = DEFAULT_LOCK_PREFIX.into()),
-        text_signature = "(name, urls, *, ttl=30.0, timeout=None, prefix='Lock:')"
+                     prefix = DEFAULT_LOCK_PREFIX.into(), auto_renew = false, on_lost = None),
+        text_signature = "(name, urls, *, ttl=30.0, timeout=None, prefix='Lock:', \
+                          auto_renew=False, on_lost=None)"
     )]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         name: &Bound<'_, PyAny>,
         urls: &Bound<'_, PyAny>,
         #[pyo3(from_py_with = arg::ttl)] ttl: f64,
         #[pyo3(from_py_with = arg::timeout)] timeout: Option<f64>,
         #[pyo3(from_py_with = arg::prefix)] prefix: Vec<u8>,
+        #[pyo3(from_py_with = arg::auto_renew)] auto_renew: bool,
+        on_lost: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyClassInitializer<Self>> {
+        // Kept by the package (`ferrolock/_events.py`, from `Redlock.__init__`).
+        if let Some(hook) = on_lost.filter(|h| !h.is_none() && !h.is_callable()) {
+            return Err(crate::errors::type_error(
+                "on_lost",
+                "callable or None",
+                hook,
+            ));
+        }
         let name = str_bytes(name, "name")?;
         if urls.is_instance_of::<PyString>() {
             return Err(crate::errors::type_error(
@@ -377,10 +392,20 @@ impl PyRedlock {
             clients.push(client(Some(&text))?);
         }
         let ttl = validate::seconds(ttl, "ttl", true).py()?;
-        let lock = Redlock::new(clients, &name, ttl, &prefix).py()?;
+        let lock = Arc::new(
+            Redlock::new(clients, &name, ttl, &prefix)
+                .py()?
+                .auto_renew(auto_renew),
+        );
         Ok(
-            PyClassInitializer::from(PyLockBase::new(Arc::new(lock), timeout, "Redlock")?)
-                .add_subclass(Self),
+            PyClassInitializer::from(PyLockBase::new(lock.clone(), timeout, "Redlock")?)
+                .add_subclass(Self { redlock: lock }),
         )
+    }
+
+    /// This object's id in the core's events (`ferrolock/_events.py`).
+    #[getter]
+    fn _id(&self) -> u64 {
+        self.redlock.id()
     }
 }

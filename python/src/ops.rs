@@ -295,7 +295,8 @@ pub fn enable_events(on: bool) {
 }
 
 /// Waits up to `timeout` seconds (GIL released) for this process's events;
-/// returns them as `(kind, level, message, name, lock_id, seconds, at)`.
+/// returns them as `(kind, level, message, name, lock_id, seconds, at,
+/// holder, origin)`.
 #[pyfunction]
 #[pyo3(name = "_wait_events")]
 pub fn wait_events<'py>(py: Python<'py>, timeout: f64) -> PyResult<Bound<'py, PyList>> {
@@ -316,6 +317,8 @@ pub fn wait_events<'py>(py: Python<'py>, timeout: f64) -> PyResult<Bound<'py, Py
                 e.lock_id.into_pyobject(py)?.into_any(),
                 e.seconds.into_pyobject(py)?.into_any(),
                 at.into_pyobject(py)?.into_any(),
+                e.holder.into_pyobject(py)?.into_any(),
+                e.origin.into_pyobject(py)?.into_any(),
             ],
         )?;
         out.append(item)?;

@@ -511,7 +511,7 @@ impl PyQueue {
     /// Dead tasks back into the queue (see the stub).
     #[pyo3(signature = (ids = None))]
     fn retry_dead(&self, py: Python<'_>, ids: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
-        let ids = self.dead_ids(ids)?;
+        let ids = dead_ids(ids)?;
         let queue = self.inner.clone();
         quick(py, move || queue.retry_dead(ids.as_deref()))
     }
@@ -519,7 +519,7 @@ impl PyQueue {
     /// Dead tasks deleted (see the stub).
     #[pyo3(signature = (ids = None))]
     fn purge_dead(&self, py: Python<'_>, ids: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
-        let ids = self.dead_ids(ids)?;
+        let ids = dead_ids(ids)?;
         let queue = self.inner.clone();
         quick(py, move || queue.purge_dead(ids.as_deref()))
     }
@@ -555,15 +555,14 @@ impl PyQueue {
     }
 }
 
-impl PyQueue {
-    fn dead_ids(&self, ids: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<Vec<u8>>>> {
-        match ids {
-            None => Ok(None),
-            Some(ids) => match ids_arg(ids, false)? {
-                Ids::Plain(ids) => Ok(Some(ids)),
-                Ids::WithPayloads(_) => unreachable!("no mappings asked for"),
-            },
-        }
+/// The `ids` of `retry_dead`/`purge_dead` (sync and asyncio): `None` for all.
+pub(crate) fn dead_ids(ids: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<Vec<u8>>>> {
+    match ids {
+        None => Ok(None),
+        Some(ids) => match ids_arg(ids, false)? {
+            Ids::Plain(ids) => Ok(Some(ids)),
+            Ids::WithPayloads(_) => unreachable!("no mappings asked for"),
+        },
     }
 }
 

@@ -1,10 +1,11 @@
 <?php
 /**
- * Ferrolock\Metrics::snapshot() and Ferrolock\Events::onLockLost() (issue 21):
+ * Ferrolock\Metrics::snapshot(), Ferrolock\Events::onLockLost() and onEvent() (issue 21):
  * the figures move with the locks taken; a lock lost to DEBUG SLEEP (the
  * server, $REDIS_URL, sleeps past the TTL while this script waits in it) is
  * reported to the hook once, at the next call into the extension, without an
- * E_WARNING; a hook that throws goes to error_log().
+ * E_WARNING; a hook that throws goes to error_log(); a forced release reaches
+ * onEvent's listener with the token it ended and its origin.
  */
 
 require_once __DIR__ . '/helpers.php';
@@ -102,3 +103,36 @@ Events::dispatch();
 assert(count($calls) === 2);
 expect_throw(fn() => Events::onLockLost(42), TypeError::class);
 ok('onLockLost(null) removes the hook; a non-callable is refused');
+
+// A forced release is an event: kind, name, the token it ended, its origin.
+$seen = [];
+Events::onEvent(function (array $event) use (&$seen) {
+    $seen[] = $event;
+});
+$name5 = uniq('ops-forced');
+$stuck = new Lock($name5, url: $url, autoRenew: false);
+assert($stuck->acquire(0) === true);
+$token = $stuck->token();
+$forcedBefore = Metrics::snapshot()['forced_releases'];
+[, $warnings] = with_warnings(function () use ($name5, $url) {
+    assert((new Lock($name5, url: $url))->forceRelease() === true);
+});
+assert($warnings === [], 'no E_WARNING: ' . var_export($warnings, true));
+Events::dispatch();
+$forced = array_values(array_filter($seen, fn($e) => $e['kind'] === 'forced_release'));
+assert(count($forced) === 1, var_export($seen, true));
+assert($forced[0]['name'] === $name5 && $forced[0]['level'] === 'warning');
+assert($forced[0]['holder'] === substr($token, 0, 8) . '…', var_export($forced, true));
+assert($forced[0]['origin'] === 'lock');
+assert(str_contains($forced[0]['message'], $forced[0]['holder']));
+assert(is_float($forced[0]['at']) && abs($forced[0]['at'] - microtime(true)) < 60);
+assert(Metrics::snapshot()['forced_releases'] === $forcedBefore + 1);
+expect_throw(fn() => $stuck->release(), Ferrolock\LockNotOwnedException::class);
+Events::onEvent(null);
+$count = count($seen);
+assert((new Lock($name5, url: $url))->acquire(0) === true);
+assert((new Lock($name5, url: $url))->forceRelease() === true);
+Events::dispatch();
+assert(count($seen) === $count, 'removed: not called');
+expect_throw(fn() => Events::onEvent('no-such-function'), TypeError::class);
+ok('a forced release is an event with the token it ended and its origin');

@@ -9,7 +9,6 @@ mod acquire;
 mod release;
 mod replicas;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -119,7 +118,6 @@ impl Lock {
         validate::name(name, "lock name")?;
         validate::lifetime(opts.ttl, "ttl")?;
         validate::interval(opts.recheck, "recheck interval")?;
-        static IDS: AtomicU64 = AtomicU64::new(1);
         Ok(Self {
             client: client.clone(),
             keys: LockKeys::new(&opts.prefix, name),
@@ -127,11 +125,7 @@ impl Lock {
             name: name.to_vec(),
             opts,
             state: Mutex::new(State::default()),
-            me: LockRef {
-                id: IDS.fetch_add(1, Ordering::Relaxed),
-                name: name.to_vec(),
-                label: label("lock", name),
-            },
+            me: LockRef::new("lock", name),
         })
     }
 

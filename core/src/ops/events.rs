@@ -128,6 +128,14 @@ pub struct Event {
     /// How long, for [`EventKind::SlowAcquire`] (the wait, in seconds); 0
     /// otherwise.
     pub seconds: f64,
+    /// For [`EventKind::ForcedRelease`]: the holder token of the hold it
+    /// ended, shortened ([`short_token`](super::short_token)); empty
+    /// otherwise.
+    pub holder: String,
+    /// For [`EventKind::ForcedRelease`]: where it came from, `inspector`
+    /// (an [`Inspector`](super::Inspector): the CLI's `release --force`) or
+    /// `lock` (a lock object's `force_release`); empty otherwise.
+    pub origin: String,
 }
 
 impl Event {
@@ -140,12 +148,22 @@ impl Event {
             name: name.to_vec(),
             lock_id: 0,
             seconds: 0.0,
+            holder: String::new(),
+            origin: String::new(),
         }
     }
 
     /// The same event, about the lock object `id`.
     pub(crate) fn lock(mut self, id: u64) -> Self {
         self.lock_id = id;
+        self
+    }
+
+    /// The same event, about the hold of `holder` (shortened), acted on
+    /// from `origin`.
+    pub(crate) fn ended(mut self, holder: String, origin: &str) -> Self {
+        self.holder = holder;
+        self.origin = origin.to_owned();
         self
     }
 

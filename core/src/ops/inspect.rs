@@ -5,8 +5,7 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::events::{self, Event, EventKind};
-use super::{SCAN_COUNT, glob_escape, metrics, page, short_token};
+use super::{ForcedBy, SCAN_COUNT, glob_escape, page, short_token};
 use crate::client::Client;
 use crate::client::conn::Node;
 use crate::error::{Error, Result};
@@ -167,7 +166,8 @@ impl Inspector {
     /// or extend fails as not owned (its watchdog reports it lost).
     /// Returns the shortened token of the hold it ended, `None` when the
     /// lock was free (or changed hands three times while this looked).
-    /// Reported as an [`EventKind::ForcedRelease`] event (logged).
+    /// Reported as an [`EventKind::ForcedRelease`](super::events::EventKind::ForcedRelease)
+    /// event (logged), naming the token and the `inspector` as its origin.
     pub fn force_release(&self, name: &[u8]) -> Result<Option<String>> {
         validate::name(name, "lock name")?;
         let keys = LockKeys::new(&self.lock_prefix, name);
@@ -185,18 +185,7 @@ impl Inspector {
                 .arg(&keys.channel)
                 .run(&self.client, &label)?;
             if released == 1 {
-                let shown = short_token(&holder);
-                metrics::count(&metrics::FORCED_RELEASES);
-                events::emit_with(|| {
-                    Event::new(
-                        EventKind::ForcedRelease,
-                        name,
-                        format!(
-                            "{label}: released by force (an operator's action); the hold of \
-                             token {shown} ended"
-                        ),
-                    )
-                });
+                let shown = super::forced_release(name, &label, &holder, ForcedBy::Inspector);
                 return Ok(Some(shown));
             }
         }

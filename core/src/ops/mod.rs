@@ -13,6 +13,8 @@
 //! Every read here is bounded: a page, a limit, a `SCAN` step of
 //! [`SCAN_COUNT`] keys; the scripts it runs only read.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 pub mod events;
 mod inspect;
 pub mod metrics;
@@ -47,6 +49,72 @@ pub(crate) struct LockRef {
     pub id: u64,
     pub name: Vec<u8>,
     pub label: String,
+}
+
+impl LockRef {
+    /// A new lock object of `kind` (`lock`, `redlock`) on `name`: its id
+    /// is drawn from one counter for both kinds, unique in the process.
+    pub(crate) fn new(kind: &str, name: &[u8]) -> Self {
+        static IDS: AtomicU64 = AtomicU64::new(1);
+        Self {
+            id: IDS.fetch_add(1, Ordering::Relaxed),
+            name: name.to_vec(),
+            label: crate::keys::label(kind, name),
+        }
+    }
+}
+
+/// Where a forced release came from (the [`Event::origin`](events::Event::origin)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ForcedBy {
+    /// An [`Inspector`] (the CLI's `release --force`).
+    Inspector,
+    /// A lock object's own `force_release`.
+    Lock,
+}
+
+impl ForcedBy {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Inspector => "inspector",
+            Self::Lock => "lock",
+        }
+    }
+}
+
+/// An operator's forced release of the lock `name` (shown as `label`) ended
+/// the hold of `holder`: counted, and reported as an
+/// [`EventKind::ForcedRelease`](events::EventKind::ForcedRelease) event
+/// naming the shortened token and where it came from. Returns the
+/// shortened token.
+pub(crate) fn forced_release(name: &[u8], label: &str, holder: &[u8], by: ForcedBy) -> String {
+    let shown = short_token(holder);
+    metrics::count(&metrics::FORCED_RELEASES);
+    events::emit_with(|| {
+        let origin = by.as_str();
+        events::Event::new(
+            events::EventKind::ForcedRelease,
+            name,
+            format!(
+                "{label}: released by force from the {origin} of process {} (an operator's \
+                 action); the hold of token {shown} ended",
+                crate::fork::current_pid()
+            ),
+        )
+        .ended(shown.clone(), origin)
+    });
+    shown
+}
+
+/// An acquire of a lock gave up (its wait ran out, or a try-once found the
+/// lock held): counted.
+pub(crate) fn missed() {
+    metrics::count(&metrics::ACQUIRES_MISSED);
+}
+
+/// A hold taken at `since` was released: its hold time counted.
+pub(crate) fn released(since: std::time::Instant) {
+    metrics::LOCK_HOLD.observe(since.elapsed());
 }
 
 /// A hold of `lock` is lost (`why`): counted, and reported as an

@@ -183,6 +183,54 @@ impl PyAsyncQueue {
         task_op(py, task.get().touch_job(visibility)?)
     }
 
+    /// Dead tasks, oldest death first: `ferrolock.Queue.dead`.
+    #[pyo3(signature = (count = 100, *, offset = 0))]
+    pub(super) fn dead(&self, py: Python<'_>, count: i64, offset: i64) -> PyResult<PyOp> {
+        let n = validate::count(count, "count").py()?;
+        let offset = usize::try_from(offset).map_err(|_| {
+            pyo3::exceptions::PyValueError::new_err(format!("offset must be >= 0, got {offset}"))
+        })?;
+        let queue = self.inner.clone();
+        run(py, true, move |_| {
+            let tasks = queue.dead(offset, n)?;
+            Ok(Done {
+                value: tasks_value(queue, tasks, Origin::Dead, false),
+                undo: None,
+            })
+        })
+    }
+
+    /// Dead tasks back into the queue: `ferrolock.Queue.retry_dead`. Not
+    /// interruptible: once sent, it finishes even if the awaiting task is
+    /// cancelled.
+    #[pyo3(signature = (ids = None))]
+    pub(super) fn retry_dead(
+        &self,
+        py: Python<'_>,
+        ids: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyOp> {
+        let ids = dead_ids(ids)?;
+        let queue = self.inner.clone();
+        run(py, false, move |_| {
+            queue.retry_dead(ids.as_deref()).map(Done::of)
+        })
+    }
+
+    /// Dead tasks deleted: `ferrolock.Queue.purge_dead` (finishes as
+    /// `retry_dead` does).
+    #[pyo3(signature = (ids = None))]
+    pub(super) fn purge_dead(
+        &self,
+        py: Python<'_>,
+        ids: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyOp> {
+        let ids = dead_ids(ids)?;
+        let queue = self.inner.clone();
+        run(py, false, move |_| {
+            queue.purge_dead(ids.as_deref()).map(Done::of)
+        })
+    }
+
     pub(super) fn len(&self, py: Python<'_>) -> PyResult<PyOp> {
         let queue = self.inner.clone();
         run(py, true, move |_| queue.len().map(Done::of))

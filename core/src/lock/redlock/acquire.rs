@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::masters::Asked;
 use super::waiter::{RETRY_MAX, Waiter};
-use super::{Held, NOTIFIED_RECHECK, Redlock, jitter};
+use super::{Held, Inner, NOTIFIED_RECHECK, jitter};
 use crate::budget::Budget;
 use crate::error::{Error, ErrorKind, Result};
 use crate::lock::{Tried, acquire_call};
@@ -16,7 +16,7 @@ use crate::sync::LockUnpoisoned;
 use crate::validate;
 use crate::wait::{self, Interrupt, Wait};
 
-impl Redlock {
+impl Inner {
     pub(super) fn acquire_as(
         &self,
         call: AcquireCall<'_>,
@@ -65,6 +65,7 @@ impl Redlock {
                     token: token.to_string(),
                     fence,
                     pid: crate::fork::current_pid(),
+                    since: Instant::now(),
                     valid_until,
                     ttl: self.ttl,
                 });
@@ -206,7 +207,7 @@ impl Redlock {
 }
 
 /// One acquire call: its token, its budget, and per master whether the
-/// token may linger there (see [`Redlock::undo`]).
+/// token may linger there (see [`Inner::undo`]).
 pub(super) struct AcquireCall<'a> {
     pub(super) token: &'a str,
     pub(super) budget: Budget,

@@ -61,15 +61,26 @@
 //! hold can end without a release reaching that master: it was unreachable,
 //! or held a stale key) and when a holder's TTL ends. Where it cannot
 //! subscribe at all, it pauses a random time of at most [`RETRY_MAX`].
+//!
+//! # Renewal, metrics and events
+//!
+//! With [`Redlock::auto_renew`] on, a thread of the hold (`renew.rs`)
+//! extends it every ttl/3 through the same quorum-checked extend; a renewal
+//! that finds the quorum gone, or fails until the validity runs out, gives
+//! the hold up and reports it lost, naming this object (its lost-lock hook
+//! is then due). Acquire waits, missed acquires, hold times and lost holds
+//! count in [`ops::metrics`](crate::ops::metrics) and report in
+//! [`ops::events`](crate::ops::events) exactly as a `Lock`'s do.
 
 mod acquire;
 mod masters;
+mod renew;
 mod servers;
 mod undo;
 mod waiter;
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use self::acquire::AcquireCall;
@@ -80,6 +91,7 @@ use crate::budget::Budget;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::keys::{LockKeys, label, new_token};
+use crate::ops::{self, LockRef};
 use crate::sync::LockUnpoisoned;
 use crate::validate;
 use crate::wait::{Interrupt, Wait};
@@ -89,6 +101,12 @@ const NOTIFIED_RECHECK: Duration = Duration::from_millis(250);
 
 /// A lock held on a majority of independent Redis masters.
 pub struct Redlock {
+    inner: Arc<Inner>,
+}
+
+/// A Redlock's state, shared with the renewal thread of its hold
+/// (`renew.rs`), which holds it weakly.
+struct Inner {
     masters: Masters,
     keys: LockKeys,
     name: Vec<u8>,
@@ -96,6 +114,11 @@ pub struct Redlock {
     ttl: Duration,
     state: Mutex<Option<Held>>,
     lost: AtomicBool,
+    /// This object, as events and lost-lock hooks name it (`ops`).
+    me: LockRef,
+    auto_renew: AtomicBool,
+    /// The renewal of the current hold: dropping it ends its thread.
+    renewal: Mutex<Option<renew::Renewal>>,
 }
 
 #[derive(Clone)]
@@ -103,6 +126,8 @@ struct Held {
     token: String,
     fence: i64,
     pid: u32,
+    /// When it was taken (the hold time metric).
+    since: Instant,
     /// The start of the last confirmed acquire or extend, plus its validity.
     valid_until: Instant,
     /// The TTL the keys were last given (the lock's, or an extend's): how
@@ -110,11 +135,22 @@ struct Held {
     ttl: Duration,
 }
 
+/// What an extend of a hold got (see [`Inner::try_extend`]).
+enum Extended {
+    /// A quorum extended it within its validity (the hold is updated).
+    Done,
+    /// Too few masters extended it in time: `yes` did, `no` (of those that
+    /// may vote) answered that the key is not this hold's.
+    Refused { yes: usize, no: usize },
+    /// Fewer than a quorum of masters answered.
+    Unreachable(Error),
+}
+
 impl std::fmt::Debug for Redlock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Redlock")
-            .field("name", &self.label)
-            .field("masters", &self.masters.clients().len())
+            .field("name", &self.inner.label)
+            .field("masters", &self.inner.masters.clients().len())
             .finish()
     }
 }
@@ -127,7 +163,7 @@ impl Redlock {
         validate::lifetime(ttl, "ttl")?;
         let budget = (ttl / 10).max(MIN_MASTER_BUDGET);
         let masters = Masters::new(clients, budget, ttl, &label)?;
-        Ok(Self {
+        let inner = Inner {
             keys: LockKeys::new(prefix, name),
             label,
             name: name.to_vec(),
@@ -135,23 +171,109 @@ impl Redlock {
             ttl,
             state: Mutex::new(None),
             lost: AtomicBool::new(false),
+            me: LockRef::new("redlock", name),
+            auto_renew: AtomicBool::new(false),
+            renewal: Mutex::new(None),
+        };
+        Ok(Self {
+            inner: Arc::new(inner),
         })
+    }
+
+    /// The same Redlock, renewing its holds in the background (`on`): every
+    /// ttl/3 a thread of the hold extends it on every master, with the same
+    /// quorum and validity checks as [`Redlock::extend`]. A renewal that
+    /// fails is tried again while the validity lasts; one that finds the
+    /// quorum gone, or the validity run out, gives the hold up (released
+    /// everywhere) and reports it lost (a
+    /// [`LockLost`](crate::ops::events::EventKind::LockLost) event naming
+    /// this object: its lost-lock hook is due). Off by default.
+    #[must_use]
+    pub fn auto_renew(self, on: bool) -> Self {
+        self.inner.auto_renew.store(on, Ordering::Release);
+        self
+    }
+
+    /// This object's id, unique in the process (shared with
+    /// [`Lock::id`](crate::Lock::id)'s): what events about it name it by.
+    pub fn id(&self) -> u64 {
+        self.inner.me.id
     }
 
     /// Votes needed: N/2 + 1.
     pub fn quorum(&self) -> usize {
-        self.masters.quorum()
+        self.inner.masters.quorum()
     }
 
     /// How long each master has to answer one request: a tenth of the TTL,
     /// at least 50 ms (`MIN_MASTER_BUDGET`).
     pub fn master_budget(&self) -> Duration {
-        self.masters.budget()
+        self.inner.masters.budget()
     }
 
+    /// Takes the lock on a quorum of masters, waiting as `wait` allows (see
+    /// the module documentation for how it waits). Ends within the wait plus
+    /// one command timeout (a try-once: within one command timeout).
+    pub fn acquire(&self, wait: Wait, interrupt: Option<Interrupt<'_>>) -> Result<bool> {
+        let acquired = self.inner.acquire(wait, interrupt)?;
+        if acquired && self.inner.auto_renew.load(Ordering::Acquire) {
+            renew::start(&self.inner);
+        }
+        Ok(acquired)
+    }
+
+    /// Releases the lock on every master. Fails with NotOwned when this object
+    /// does not hold it or fewer than a quorum of masters still had it, and
+    /// with the connection error when fewer than a quorum answered (the hold
+    /// is given up either way; a master that did not answer is released by
+    /// the keeper once it does, its key expires by its TTL at the latest).
+    pub fn release(&self) -> Result<()> {
+        self.inner.release()
+    }
+
+    /// Sets the TTL on every master to `ttl` (default: the lock's ttl); needs a
+    /// hold still within its validity, then a quorum and positive validity
+    /// again, else the lock is released and reported lost.
+    pub fn extend(&self, ttl: Option<Duration>) -> Result<()> {
+        self.inner.extend(ttl)
+    }
+
+    /// True when a quorum of masters has the key (anyone holds it).
+    pub fn locked(&self) -> Result<bool> {
+        self.inner.locked()
+    }
+
+    /// True when this object holds the lock on a quorum and is within validity.
+    pub fn owned(&self) -> Result<bool> {
+        self.inner.owned()
+    }
+
+    /// The token of the current hold.
+    pub fn token(&self) -> Option<String> {
+        self.inner.held().map(|h| h.token)
+    }
+
+    /// The largest fencing token the quorum issued for this hold; increasing
+    /// across holders (every master of the quorum is raised to it).
+    pub fn fencing_token(&self) -> Option<i64> {
+        self.inner.held().map(|h| h.fence)
+    }
+
+    /// True when the hold was lost or its validity ran out without an extend.
+    pub fn lost(&self) -> bool {
+        self.inner.lost()
+    }
+}
+
+impl Inner {
     /// The clock drift allowed for a hold of `ttl`: 1 % of it plus 2 ms.
     fn drift(ttl: Duration) -> Duration {
         ttl / 100 + Duration::from_millis(2)
+    }
+
+    /// Votes needed: N/2 + 1.
+    fn quorum(&self) -> usize {
+        self.masters.quorum()
     }
 
     /// The budget of a call that does not wait: one command timeout.
@@ -159,10 +281,9 @@ impl Redlock {
         Budget::one_call(self.masters.command_timeout())
     }
 
-    /// Takes the lock on a quorum of masters, waiting as `wait` allows (see
-    /// the module documentation for how it waits). Ends within the wait plus
-    /// one command timeout (a try-once: within one command timeout).
-    pub fn acquire(&self, wait: Wait, interrupt: Option<Interrupt<'_>>) -> Result<bool> {
+    /// See [`Redlock::acquire`]; counted in the metrics (a wait, or a miss).
+    fn acquire(&self, wait: Wait, interrupt: Option<Interrupt<'_>>) -> Result<bool> {
+        let started = Instant::now();
         // One token for the whole call: a master that hands its key to this
         // waiter sets it to this token, which the next attempt then counts.
         let token = new_token();
@@ -193,13 +314,20 @@ impl Redlock {
             let held = matches!(outcome, Ok(true));
             w.close(&self.masters, &self.keys, &self.label, &token, ttl_ms, held);
         }
-        if matches!(outcome, Ok(true)) && self.lost() {
+        let outcome = if matches!(outcome, Ok(true)) && self.lost() {
             // The validity left when the quorum was confirmed covered one
             // master budget, all that closing the wait may take: should it
             // have run out all the same, the hold is given up, never
             // reported.
             self.give_up(&token, self.ttl, budget);
-            return Ok(false);
+            Ok(false)
+        } else {
+            outcome
+        };
+        match outcome {
+            Ok(true) => ops::acquired(&self.me, started.elapsed()),
+            Ok(false) => ops::missed(),
+            Err(_) => {}
         }
         outcome
     }
@@ -213,16 +341,26 @@ impl Redlock {
             .cloned()
     }
 
-    /// Releases the lock on every master. Fails with NotOwned when this object
-    /// does not hold it or fewer than a quorum of masters still had it, and
-    /// with the connection error when fewer than a quorum answered (the hold
-    /// is given up either way; a master that did not answer is released by
-    /// the keeper once it does, its key expires by its TTL at the latest).
-    pub fn release(&self) -> Result<()> {
+    /// True while `token`'s hold is this object's current one.
+    fn holds(&self, token: &str) -> bool {
+        self.held().is_some_and(|h| h.token == token)
+    }
+
+    /// Reports the current hold lost (`why`; `watchdog`: found by its
+    /// renewal): once per hold, whoever finds it first.
+    fn report_lost(&self, why: &str, watchdog: bool) {
+        if !self.lost.swap(true, Ordering::AcqRel) {
+            ops::lock_lost(&self.me, why, watchdog);
+        }
+    }
+
+    /// See [`Redlock::release`].
+    fn release(&self) -> Result<()> {
         let Some(held) = self.held() else {
             return Err(self.not_owned("this object does not hold it"));
         };
         *self.state.lock_unpoisoned() = None;
+        self.stop_renewal();
         let released = self.release_everywhere(&held.token, self.one_call());
         let mut unanswered = 0;
         for (i, release) in released.replies.iter().enumerate() {
@@ -232,6 +370,7 @@ impl Redlock {
             }
         }
         if let Some(e) = self.masters.unreachable(&released.replies) {
+            ops::released(held.since);
             self.lost.store(true, Ordering::Release);
             return Err(e.context_after(
                 "the masters that did not answer are released in the background once they \
@@ -240,25 +379,27 @@ impl Redlock {
         }
         let count = self.masters.votes(&released, |r| matches!(r, Ok(1)));
         if count >= self.quorum() {
+            ops::released(held.since);
             Ok(())
         } else {
-            self.lost.store(true, Ordering::Release);
+            let masters = self.masters.clients().len();
+            let quorum = self.quorum();
+            self.report_lost(
+                &format!("a release found only {count} of {masters} masters still holding it"),
+                false,
+            );
             let unanswered = match unanswered {
                 0 => String::new(),
                 n => format!("; {n} did not answer and are released in the background"),
             };
             Err(self.not_owned(&format!(
-                "only {count} of {} masters still held it (quorum {}){unanswered}",
-                self.masters.clients().len(),
-                self.quorum()
+                "only {count} of {masters} masters still held it (quorum {quorum}){unanswered}"
             )))
         }
     }
 
-    /// Sets the TTL on every master to `ttl` (default: the lock's ttl); needs a
-    /// hold still within its validity, then a quorum and positive validity
-    /// again, else the lock is released and reported lost.
-    pub fn extend(&self, ttl: Option<Duration>) -> Result<()> {
+    /// See [`Redlock::extend`].
+    fn extend(&self, ttl: Option<Duration>) -> Result<()> {
         let ttl = match ttl {
             Some(ttl) => validate::lifetime(ttl, "ttl")?,
             None => self.ttl,
@@ -267,24 +408,47 @@ impl Redlock {
             return Err(self.not_owned("this object does not hold it"));
         };
         let budget = self.one_call();
-        let start = Instant::now();
-        if start >= held.valid_until {
+        if Instant::now() >= held.valid_until {
+            let why = "its validity (ttl − elapsed − clock drift) ran out before the extend";
+            self.report_lost(why, false);
             self.give_up(&held.token, held.ttl, budget);
-            return Err(self.not_owned(
-                "its validity (ttl − elapsed − clock drift) ran out before the extend",
-            ));
+            return Err(self.not_owned(why));
         }
+        // Keys extended may live `ttl` from now.
+        let key_ttl = ttl.max(held.ttl);
+        match self.try_extend(&held, ttl, budget) {
+            Extended::Done => Ok(()),
+            Extended::Unreachable(e) => {
+                self.report_lost("fewer than a quorum of masters answered an extend", false);
+                self.give_up(&held.token, key_ttl, budget);
+                Err(e)
+            }
+            Extended::Refused { yes: count, .. } => {
+                let why = format!(
+                    "only {count} of {} masters extended it in time (quorum {})",
+                    self.masters.clients().len(),
+                    self.quorum()
+                );
+                self.report_lost(&format!("an extend found {why}"), false);
+                self.give_up(&held.token, key_ttl, budget);
+                Err(self.not_owned(&why))
+            }
+        }
+    }
+
+    /// Sets the keys of `held` to `ttl` on every master within `budget`; on
+    /// a quorum within a positive validity, the hold's validity is moved.
+    /// Gives nothing up (the caller decides).
+    fn try_extend(&self, held: &Held, ttl: Duration, budget: Budget) -> Extended {
+        let start = Instant::now();
         self.masters.uses_ttl(ttl);
         let call = extend_call(&self.keys, &held.token, validate::millis(ttl));
         let label = self.label.clone();
         let extended = self.masters.ask_checked(budget, move |_, c, within| {
             c.run_within(within, &label, |con| call.query::<i64>(con))
         });
-        // Keys extended may live `ttl` from now.
-        let key_ttl = ttl.max(held.ttl);
         if let Some(e) = self.masters.unreachable(&extended.replies) {
-            self.give_up(&held.token, key_ttl, budget);
-            return Err(e);
+            return Extended::Unreachable(e);
         }
         let count = self.masters.votes(&extended, |r| matches!(r, Ok(1)));
         let validity = ttl.checked_sub(start.elapsed() + Self::drift(ttl));
@@ -296,21 +460,17 @@ impl Redlock {
                     h.valid_until = start + v;
                     h.ttl = ttl;
                 }
-                Ok(())
+                Extended::Done
             }
-            None => {
-                self.give_up(&held.token, key_ttl, budget);
-                Err(self.not_owned(&format!(
-                    "only {count} of {} masters extended it in time (quorum {})",
-                    self.masters.clients().len(),
-                    self.quorum()
-                )))
-            }
+            None => Extended::Refused {
+                yes: count,
+                no: self.masters.votes(&extended, |r| matches!(r, Ok(0))),
+            },
         }
     }
 
     /// True when a quorum of masters has the key (anyone holds it).
-    pub fn locked(&self) -> Result<bool> {
+    fn locked(&self) -> Result<bool> {
         let (key, label) = (self.keys.lock.clone(), self.label.clone());
         let asked = self
             .masters
@@ -326,7 +486,7 @@ impl Redlock {
     }
 
     /// True when this object holds the lock on a quorum and is within validity.
-    pub fn owned(&self) -> Result<bool> {
+    fn owned(&self) -> Result<bool> {
         let Some(held) = self.held() else {
             return Ok(false);
         };
@@ -351,19 +511,8 @@ impl Redlock {
         Ok(yes >= self.quorum() && !self.lost())
     }
 
-    /// The token of the current hold.
-    pub fn token(&self) -> Option<String> {
-        self.held().map(|h| h.token)
-    }
-
-    /// The largest fencing token the quorum issued for this hold; increasing
-    /// across holders (every master of the quorum is raised to it).
-    pub fn fencing_token(&self) -> Option<i64> {
-        self.held().map(|h| h.fence)
-    }
-
     /// True when the hold was lost or its validity ran out without an extend.
-    pub fn lost(&self) -> bool {
+    fn lost(&self) -> bool {
         if self.lost.load(Ordering::Acquire) {
             return true;
         }
@@ -401,10 +550,10 @@ impl DistributedLock for Redlock {
         Redlock::lost(self)
     }
     fn name(&self) -> &[u8] {
-        &self.name
+        &self.inner.name
     }
     fn ttl(&self) -> Duration {
-        self.ttl
+        self.inner.ttl
     }
 }
 

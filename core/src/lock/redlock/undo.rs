@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::Redlock;
+use super::Inner;
 use super::masters::Asked;
 use crate::budget::Budget;
 use crate::error::Result;
@@ -12,7 +12,7 @@ use crate::lock::{ReleaseHold, Tried, release_call};
 use crate::settle;
 use crate::sync::LockUnpoisoned;
 
-impl Redlock {
+impl Inner {
     /// Releases `token` on every master within `budget`; one reply per
     /// master (1: released).
     pub(super) fn release_everywhere(&self, token: &str, budget: Budget) -> Asked<i64> {
@@ -49,14 +49,21 @@ impl Redlock {
     }
 
     /// Gives up a hold of `token` whose keys were last given `ttl`: it is
-    /// forgotten and reported lost, and released everywhere (by the keeper
-    /// where a master does not answer). Returns the releases' replies.
+    /// forgotten and marked lost (reported by the caller, when it was a
+    /// hold the caller had: [`Inner::report_lost`]), its renewal stopped,
+    /// and released everywhere (by the keeper where a master does not
+    /// answer). Returns the releases' replies.
     pub(super) fn give_up(&self, token: &str, ttl: Duration, budget: Budget) -> Asked<i64> {
-        {
+        let ours = {
             let mut state = self.state.lock_unpoisoned();
-            if state.as_ref().is_some_and(|h| h.token == token) {
+            let ours = state.as_ref().is_some_and(|h| h.token == token);
+            if ours {
                 *state = None;
             }
+            ours
+        };
+        if ours {
+            self.stop_renewal();
         }
         self.lost.store(true, Ordering::Release);
         let released = self.release_everywhere(token, budget);

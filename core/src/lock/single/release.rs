@@ -9,6 +9,7 @@ use super::{FIRST_RETRY_PAUSE, Held, Lock, MAX_RETRY_PAUSE};
 use crate::budget::Budget;
 use crate::error::{Error, Result};
 use crate::lock::{ReleaseHold, legacy, release_call, release_call_with_turns};
+use crate::ops::ForcedBy;
 use crate::settle;
 use crate::sync::LockUnpoisoned;
 use crate::watchdog;
@@ -129,7 +130,7 @@ impl Lock {
     /// (see [`Client::note_release`]; `moves`: the count of master changes
     /// before it was sent).
     pub(super) fn released(&self, held: &Held, moves: u64) {
-        crate::ops::metrics::LOCK_HOLD.observe(held.since.elapsed());
+        crate::ops::released(held.since);
         self.client.note_release(moves, || {
             Box::new(ReleaseHold {
                 client: self.client.clone(),
@@ -144,7 +145,7 @@ impl Lock {
     /// Hands the release of `held` to the keeper after the call ran out of
     /// time with `e`; the error the caller gets.
     pub(super) fn release_later(&self, held: &Held, e: Error) -> Error {
-        crate::ops::metrics::LOCK_HOLD.observe(held.since.elapsed());
+        crate::ops::released(held.since);
         // The key expires by its TTL at the latest: the last renewal or
         // extend was sent before now.
         let settlement = Box::new(ReleaseHold {
@@ -197,6 +198,8 @@ impl Lock {
     /// the holder's next release or extend fails with
     /// [`ErrorKind::NotOwned`]. True when this call ended a hold; false when
     /// the lock was free (or changed hands three times while this looked).
+    /// Reported as a forced release event (`ops::events`) naming the token
+    /// it ended and `lock` as its origin.
     pub fn force_release(&self) -> Result<bool> {
         for _ in 0..3 {
             let holder: Option<Vec<u8>> = self
@@ -212,6 +215,7 @@ impl Lock {
                 .arg(&k.channel)
                 .run(&self.client, &self.label)?;
             if released == 1 {
+                crate::ops::forced_release(&self.name, &self.label, &holder, ForcedBy::Lock);
                 // This object's own hold: forgotten (it is not lost: it let go).
                 let mut st = self.state.lock_unpoisoned();
                 let ours = st
