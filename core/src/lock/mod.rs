@@ -31,6 +31,19 @@ use crate::scripts::{Call, LOCK_ABANDON, LOCK_ACQUIRE, LOCK_EXTEND, LOCK_LEAVE, 
 use crate::settle::Settlement;
 use crate::wait::{self, Interrupt, Wait};
 
+/// First pause before a round trip of a call is tried again after a
+/// connection error (a wait riding out a fault); it doubles up to
+/// [`MAX_RETRY_PAUSE`].
+pub(crate) const FIRST_RETRY_PAUSE: Duration = Duration::from_millis(50);
+
+/// Longest pause between two tries of a call that rides out a connection error.
+pub(crate) const MAX_RETRY_PAUSE: Duration = Duration::from_secs(1);
+
+/// True while `deadline` (`None`: never) has not passed.
+pub(crate) fn time_left(deadline: Option<Instant>) -> bool {
+    deadline.is_none_or(|d| Instant::now() < d)
+}
+
 /// Default lock TTL.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
 

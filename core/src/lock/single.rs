@@ -24,12 +24,7 @@ use crate::validate;
 use crate::wait::{Interrupt, Wait};
 use crate::watchdog::{self, Lease, Renew};
 
-/// First pause before a round trip of a call is tried again after a
-/// connection error; it doubles up to [`MAX_RETRY_PAUSE`].
-const FIRST_RETRY_PAUSE: Duration = Duration::from_millis(50);
-
-/// Longest pause between two tries of a call that rides out a connection error.
-const MAX_RETRY_PAUSE: Duration = Duration::from_secs(1);
+use super::{FIRST_RETRY_PAUSE, MAX_RETRY_PAUSE, time_left};
 
 /// A distributed lock on one name.
 pub struct Lock {
@@ -104,11 +99,6 @@ impl State {
 pub fn caller_thread_id() -> u64 {
     // SAFETY: pthread_self has no preconditions.
     unsafe { libc::pthread_self() as u64 }
-}
-
-/// True while `deadline` (`None`: never) has not passed.
-fn time_left(deadline: Option<Instant>) -> bool {
-    deadline.is_none_or(|d| Instant::now() < d)
 }
 
 impl Lock {

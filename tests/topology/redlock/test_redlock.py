@@ -10,6 +10,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -95,6 +96,49 @@ def test_redlock_is_not_held_up_by_a_hung_master(masters):
             pass
     finally:
         os.kill(three[2].proc.pid, signal.SIGCONT)
+
+
+def test_a_redlock_wait_rides_out_a_missing_majority(masters):
+    """Two of three masters stop answering: a try-once raises ConnectionError at once; a wait
+    asks again (backing off) until its deadline, and gets the lock once they answer again."""
+    three = masters[:3]
+    urls = urls_of(three)
+    wait_up_for(three, 2)
+    warm = Redlock("ride", urls, ttl=2)
+    assert warm.acquire(blocking=False)  # connections pooled, identities checked
+    warm.release()
+    stopped = three[1:]
+    for s in stopped:
+        os.kill(s.proc.pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(ferrolock.ConnectionError, match="of 3 Redis masters answered"):
+            Redlock("ride", urls, ttl=2).acquire(blocking=False)
+        started = time.monotonic()
+        with pytest.raises(ferrolock.ConnectionError, match="tried for"):
+            Redlock("ride", urls, ttl=2).acquire(timeout=1.0)
+        assert time.monotonic() - started >= 1.0, "it went on asking until its deadline"
+        lock = Redlock("ride", urls, ttl=2)
+        got: dict[str, object] = {}
+
+        def wait() -> None:
+            got["ok"] = lock.acquire(timeout=20)
+            got["at"] = time.monotonic()
+
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        time.sleep(1.0)
+        for s in stopped:
+            os.kill(s.proc.pid, signal.SIGCONT)
+        resumed = time.monotonic()
+        stopped = []
+        waiter.join(30)
+        assert got.get("ok") is True, got
+        assert got["at"] - resumed < 5, "within the backoff (1 s at most) and the masters' catching up"
+        assert holders(three, "Lock:ride") >= 2
+        lock.release()
+    finally:
+        for s in stopped:
+            os.kill(s.proc.pid, signal.SIGCONT)
 
 
 def test_redlock_quorum(masters):

@@ -10,7 +10,7 @@ use super::waiter::{RETRY_MAX, Waiter};
 use super::{Held, Inner, NOTIFIED_RECHECK, jitter};
 use crate::budget::Budget;
 use crate::error::{Error, ErrorKind, Result};
-use crate::lock::{Tried, acquire_call};
+use crate::lock::{FIRST_RETRY_PAUSE, MAX_RETRY_PAUSE, Tried, acquire_call, time_left};
 use crate::scripts::LOCK_FENCE;
 use crate::sync::LockUnpoisoned;
 use crate::validate;
@@ -32,6 +32,9 @@ impl Inner {
         } = call;
         let ttl_ms = validate::millis(self.ttl);
         let lease_ms = validate::millis(wait::lease_for(NOTIFIED_RECHECK));
+        let started = Instant::now();
+        let mut trouble_pause = FIRST_RETRY_PAUSE;
+        let mut troubles = 0;
         loop {
             let start = Instant::now();
             let listening: Vec<bool> = match waiter {
@@ -57,7 +60,28 @@ impl Inner {
             if let Some(e) = self.masters.unreachable(replies) {
                 // Undo wherever it may have been taken.
                 self.undo(token, replies, budget, lingering);
-                return Err(e);
+                if wait == Wait::Try || !e.is_transient() || !time_left(deadline) {
+                    return Err(if troubles == 0 {
+                        e
+                    } else {
+                        let tried = started.elapsed().as_secs_f64();
+                        e.context_after(&format!("tried for {tried:.1} s"))
+                    });
+                }
+                // A wait rides out masters that do not answer (restarting,
+                // failing over, a loaded machine) until its deadline, as a
+                // `Lock`'s wait does: backing off, then asking them all again.
+                let left = deadline.map_or(trouble_pause, |d| {
+                    d.saturating_duration_since(Instant::now())
+                });
+                wait::pause(trouble_pause.min(left), interrupt)
+                    .map_err(|_| wait::interrupted(&self.label))?;
+                trouble_pause = (trouble_pause * 2).min(MAX_RETRY_PAUSE);
+                troubles += 1;
+                if waiter.as_ref().is_some_and(Waiter::is_broken) {
+                    *waiter = None;
+                }
+                continue;
             }
             let closing = waiter.is_some();
             if let Some((fence, valid_until)) = self.confirm(&asked, start, closing, budget) {

@@ -8,9 +8,11 @@
 //! call is about to return (and longer than the steps still to come).
 //! Otherwise the attempt is undone: released on every master at once. A
 //! master that errors or does not answer counts as a no; but when fewer than
-//! a quorum of masters answered at all, nothing could be decided and the call
+//! a quorum of masters answered at all, nothing could be decided: a try-once
 //! fails with the first error (a `Connection` error, as a single server that
-//! is down would): waiting would only retry against servers that are down.
+//! is down would), and a wait asks again with backoff until its deadline (as
+//! a single server's wait rides out a restart), then fails saying how long it
+//! tried.
 //! Extend re-checks the quorum and the validity the same way (and refuses a
 //! hold whose validity already ran out).
 //!
