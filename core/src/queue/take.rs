@@ -309,7 +309,7 @@ impl Queue {
             self.run_take(&call, &keys, &rid, spec.wait, spec.deadline, interrupt)
         })?;
         // The script recorded what it did: the record goes with the next take.
-        if int_at(&reply, 0) == 1 || finish.is_some() {
+        if matches!(int_at(&reply, 0), 1 | 3) || finish.is_some() {
             self.reply_received(rid.clone());
         }
         let reserved = spec.visibility.map(|v| (rid.as_str(), v, sent));
