@@ -17,8 +17,10 @@
 --       register), 6 lease_ms, 7 visibility_ms (reserve), 8 rid, 9 max_attempts
 --       (0: unlimited), 10 backoff_ms, 11 backoff_cap_ms, 12 jitter ratio, 13 jitter
 --       seed in [0, 1); then 14 finish ('', 'ack', 'nack'), 15 its id, 16 its rid,
---       17 its delay ('' = backoff); 18 the records' key prefix, 19... rids whose
---       replies arrived
+--       17 its delay ('' = backoff); 18 the records' key prefix, 19 the middle of
+--       the first task's reservation text, as the client wrote it from 7 and 9-13
+--       ('/max/backoff/cap/jitter/visibility/', jitter as below for i = 1), 20...
+--       rids whose replies arrived
 -- Returns {1, {id, score, ...}, payloads, attempts, deadline, finished}, where
 --   payloads and attempts are lists (false: none) or 0 when no task has any,
 --   deadline is the visibility deadline of reserved tasks ('' for pop), and
@@ -48,9 +50,9 @@ if recorded then
   if recorded == 'x' then return {-2} end
   return cmsgpack.unpack(recorded)[2]
 end
-if #ARGV >= 19 then
+if #ARGV >= 20 then
   local gone = {}
-  for i = 19, #ARGV do gone[#gone + 1] = ARGV[18] .. ARGV[i] end
+  for i = 20, #ARGV do gone[#gone + 1] = ARGV[18] .. ARGV[i] end
   redis.call('DEL', unpack(gone))
 end
 -- The common cases below call no helper of the prelude: each helper a
@@ -151,14 +153,14 @@ if data and (data == 0 or redis.call('EXISTS', KEYS[5]) == 0) then
       n = (tonumber(redis.call('HGET', KEYS[7], id)) or 0) + 1
     end
     local deadline = string.format('%.17g', now + tonumber(ARGV[7]) / 1000) -- float_text
-    local jitter = string.format('%.6f', tonumber(ARGV[12]) * ((tonumber(ARGV[13]) + 0.6180339887498949) % 1))
     local flags = ''
     if payload then flags = 'p' end
     if not popped then redis.call('ZREM', KEYS[1], id) end
     redis.call('ZADD', KEYS[3], deadline, id)
-    -- (n as text: '1' costs no number formatting)
-    redis.call('HSET', KEYS[4], id, ARGV[8] .. '/' .. (n == 1 and '1' or n) .. '/' .. ARGV[9] .. '/' .. ARGV[10] .. '/'
-      .. ARGV[11] .. '/' .. jitter .. '/' .. ARGV[7] .. '/' .. flags .. '|' .. score)
+    -- The reservation text as the slow path writes it, its middle (settings
+    -- and the jitter of task 1) written by the client: no number formatted
+    -- or parsed here ('1' as text for a first attempt).
+    redis.call('HSET', KEYS[4], id, ARGV[8] .. '/' .. (n == 1 and '1' or n) .. ARGV[19] .. flags .. '|' .. score)
     -- One flat list (code 3) for the one task taken here: cheaper to build,
     -- to record and to send than code 1's nested lists.
     local reply = {3, id, score, payload, n, deadline, finished}
