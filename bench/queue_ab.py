@@ -81,7 +81,11 @@ if len(sys.argv) > 1 and sys.argv[1] == "--commands":
     main_py, jobs = sys.argv[2], int(sys.argv[3])
     for label, py, m in (("work", sys.executable, "work"), ("reserve", sys.executable, "reserve"),
                          ("main reserve", main_py, "reserve"), ("main work", main_py, "work")):
-        per = commands_per_job(py, m, jobs)
+        try:
+            per = commands_per_job(py, m, jobs)
+        except subprocess.CalledProcessError:
+            print(f"{label}: failed (a build before the worker loop has no work())")
+            continue
         print(f"{label}: {sum(per.values()):.2f} per job: " + ", ".join(f"{k} {v:.2f}" for k, v in per.items()))
     sys.exit(0)
 

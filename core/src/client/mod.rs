@@ -17,6 +17,7 @@ mod nodes;
 mod pool;
 mod replay;
 mod replicas;
+mod resp;
 mod sentinel;
 pub(crate) mod subscriber;
 mod topology;

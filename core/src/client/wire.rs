@@ -1,6 +1,6 @@
 //! A plain connection to one server (TCP or a Unix socket, RESP2), spoken
-//! to by ferrolock itself: commands are written and replies parsed with the
-//! redis crate's encoder and parser, on a socket of our own.
+//! to by ferrolock itself: commands are written with the redis crate's
+//! encoder on a socket of our own, replies read by `resp.rs`.
 //!
 //! Why not the redis crate's `Connection`: a signal whose handler was
 //! installed without `SA_RESTART` interrupts a blocked read (`EINTR`), and
@@ -73,7 +73,7 @@ impl Stream {
 /// One plain connection (see the module's documentation).
 pub(crate) struct Wire {
     stream: Stream,
-    parser: redis::Parser,
+    replies: super::resp::Replies,
     db: i64,
     /// The socket's read/write timeout.
     timeout: Duration,
@@ -140,7 +140,7 @@ impl Wire {
             let share = (left / replies.max(1)).max(Duration::from_millis(1));
             let mut wire = Wire {
                 stream,
-                parser: redis::Parser::new(),
+                replies: super::resp::Replies::default(),
                 db: settings.db(),
                 timeout: share,
                 open: true,
@@ -213,12 +213,12 @@ impl Wire {
         if !self.open {
             return Err(closed());
         }
-        let reader = Interruptible {
+        let mut reader = Interruptible {
             stream: &mut self.stream,
             timeout: self.timeout,
             deadline: None,
         };
-        let reply = self.parser.parse_value(reader);
+        let reply = self.replies.read_value(&mut reader);
         if reply.is_err() {
             self.open = false;
         }

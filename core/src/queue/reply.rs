@@ -102,8 +102,25 @@ pub(super) fn parse_take(
     reply: &[Value],
     reserved: Option<(&str, Duration, Instant)>,
 ) -> Result<Taken> {
-    let finished = int_at(reply, 5);
-    match int_at(reply, 0) {
+    let code = int_at(reply, 0);
+    let finished = int_at(reply, if code == 3 { 6 } else { 5 });
+    match code {
+        3 => {
+            // One task, flat: {3, id, score, payload, attempts, deadline, finished}.
+            let none = Value::Nil;
+            let at = |i: usize| reply.get(i).unwrap_or(&none);
+            let id = bytes(at(1)).ok_or_else(|| unexpected("task id", at(1)))?;
+            let mut task = Task::new(id.to_vec(), float(at(2))?);
+            task.payload = bytes(at(3)).map(<[u8]>::to_vec);
+            task.attempts = count(at(4));
+            if let Some((rid, visibility, sent)) = reserved {
+                task.receipt = Some(receipt::make(rid, &task.id));
+                task.deadline = Some(float(at(5))?);
+                task.visibility = Some(visibility);
+                task.sent = Some(sent);
+            }
+            Ok(Taken::Tasks(vec![task], finished))
+        }
         1 => {
             let none = Value::Int(0);
             let at = |i: usize| reply.get(i).unwrap_or(&none);

@@ -50,6 +50,18 @@ pub(super) struct PendingFinish {
     pub delay: Option<f64>,
 }
 
+/// The middle of the first task's reservation text, as the take script's
+/// slow path writes it from its settings (`/max/backoff/cap/jitter/visibility/`):
+/// the common case then formats and parses no number (see queue_take).
+/// The jitter is the script's `ratio * ((seed + 1 * 0.618...) % 1)`, same
+/// arithmetic, same six decimals.
+fn reservation_middle(spec: &TakeSpec, rid: &str) -> String {
+    let (max, backoff, cap, ratio) = spec.settings;
+    let jitter = ratio * ((receipt::seed(rid) + 0.618_033_988_749_894_9) % 1.0);
+    let visibility = spec.visibility.map_or(0, validate::millis);
+    format!("/{max}/{backoff}/{cap}/{jitter:.6}/{visibility}/")
+}
+
 impl Queue {
     /// Takes up to `count` due tasks (lowest score first, ties by id), waiting
     /// for work as `wait` allows. Empty when none came in time. Popped tasks
@@ -292,7 +304,8 @@ impl Queue {
             .arg(id)
             .arg(finish_rid)
             .arg(delay.map(|d| d.to_string()).unwrap_or_default())
-            .arg(&k.records);
+            .arg(&k.records)
+            .arg(reservation_middle(spec, &rid));
         for r in &received {
             call = call.arg(r);
         }
@@ -309,7 +322,7 @@ impl Queue {
             self.run_take(&call, &keys, &rid, spec.wait, spec.deadline, interrupt)
         })?;
         // The script recorded what it did: the record goes with the next take.
-        if int_at(&reply, 0) == 1 || finish.is_some() {
+        if matches!(int_at(&reply, 0), 1 | 3) || finish.is_some() {
             self.reply_received(rid.clone());
         }
         let reserved = spec.visibility.map(|v| (rid.as_str(), v, sent));
@@ -397,5 +410,54 @@ impl Queue {
         let none = Value::Int(0);
         let at = |i: usize| reply.get(i).unwrap_or(&none);
         parse_tasks(at(0), at(1), at(2)).map_err(|e| e.context(&self.label))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::RedisServer;
+
+    /// The client writes the jitter the script's slow path would: same
+    /// text, computed by Lua on a real server, for many seeds and ratios.
+    #[test]
+    fn the_reservation_middle_is_what_the_script_would_write() {
+        let server = RedisServer::start();
+        let mut con = redis::Client::open(server.url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let lua = "return string.format('%.6f', tonumber(ARGV[1]) \
+                   * ((tonumber(ARGV[2]) + 1 * 0.6180339887498949) % 1))";
+        for (i, ratio) in [0.0, 0.1, 0.25, 1.0 / 3.0, 0.5, 1.0]
+            .iter()
+            .cycle()
+            .take(300)
+            .enumerate()
+        {
+            let rid = crate::new_token();
+            let spec = TakeSpec {
+                mode: Mode::Reserve,
+                count: 1,
+                visibility: Some(Duration::from_millis(30_000 + i as u64)),
+                settings: (5, 1000, 60_000, *ratio),
+                lease_ms: 0,
+                legacy_timeout: Duration::ZERO,
+                wait: Wait::Try,
+                deadline: None,
+            };
+            let jitter: String = redis::cmd("EVAL")
+                .arg(lua)
+                .arg(0)
+                .arg(*ratio)
+                .arg(receipt::seed(&rid))
+                .query(&mut con)
+                .unwrap();
+            assert_eq!(
+                reservation_middle(&spec, &rid),
+                format!("/5/1000/60000/{jitter}/{}/", 30_000 + i),
+                "ratio {ratio}, rid {rid}"
+            );
+        }
     }
 }

@@ -13,8 +13,16 @@ local recorded = redis.call('GET', KEYS[11])
 redis.call('SET', KEYS[11], 'x', 'PX', '300000')
 if not recorded or recorded == 'x' then return 0 end
 local mode, reply = unpack(cmsgpack.unpack(recorded))
-if reply[1] ~= 1 then return 0 end
-local items, payloads, attempts = reply[2], reply[3], reply[4]
+local items, payloads, attempts
+if reply[1] == 1 then
+  items, payloads, attempts = reply[2], reply[3], reply[4]
+elseif reply[1] == 3 then
+  -- One reserved task, flat (see queue_take).
+  items, payloads, attempts = {reply[2], reply[3]}, 0, {reply[5]}
+  if reply[4] then payloads = {reply[4]} end
+else
+  return 0
+end
 local back = 0
 for i = 1, #items, 2 do
   local id, score, n = items[i], tonumber(items[i + 1]), (i + 1) / 2

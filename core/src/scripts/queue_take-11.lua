@@ -17,12 +17,16 @@
 --       register), 6 lease_ms, 7 visibility_ms (reserve), 8 rid, 9 max_attempts
 --       (0: unlimited), 10 backoff_ms, 11 backoff_cap_ms, 12 jitter ratio, 13 jitter
 --       seed in [0, 1); then 14 finish ('', 'ack', 'nack'), 15 its id, 16 its rid,
---       17 its delay ('' = backoff); 18 the records' key prefix, 19... rids whose
---       replies arrived
+--       17 its delay ('' = backoff); 18 the records' key prefix, 19 the middle of
+--       the first task's reservation text, as the client wrote it from 7 and 9-13
+--       ('/max/backoff/cap/jitter/visibility/', jitter as below for i = 1), 20...
+--       rids whose replies arrived
 -- Returns {1, {id, score, ...}, payloads, attempts, deadline, finished}, where
 --   payloads and attempts are lists (false: none) or 0 when no task has any,
 --   deadline is the visibility deadline of reserved tasks ('' for pop), and
 --   finished what the finish answered (ack: 1/0, nack: 1/2/0; -1: none);
+--   {3, id, score, payload (false: none), attempts, deadline, finished}: the
+--   same for one reserved task, as the worker loop's common case answers;
 --   {0, next_work_at, now, 0, '', finished} when nothing is due (the waiter is
 --   registered);
 --   {-1, pttl} while a legacy client holds the queue lock (nothing done);
@@ -46,23 +50,44 @@ if recorded then
   if recorded == 'x' then return {-2} end
   return cmsgpack.unpack(recorded)[2]
 end
-if #ARGV >= 19 then
+if #ARGV >= 20 then
   local gone = {}
-  for i = 19, #ARGV do gone[#gone + 1] = ARGV[18] .. ARGV[i] end
+  for i = 20, #ARGV do gone[#gone + 1] = ARGV[18] .. ARGV[i] end
   redis.call('DEL', unpack(gone))
 end
-local K = queue_keys()
+-- The common cases below call no helper of the prelude: each helper a
+-- script defines costs Redis a closure on every call (build.rs), so they are
+-- all defined at the slow path's line. Keys by number: queue 1, inflight 3,
+-- receipts 4, waiters 5, attempts 7, payloads 8 (see queue_keys). A legacy
+-- queue lock that exists (held, or an orphan to heal) goes the slow way,
+-- which checks it before anything is done.
 local mode, count, me, channel = ARGV[1], ARGV[2], ARGV[5], ARGV[4]
-local busy = legacy_held and legacy_queue_lock(K.legacy, ARGV[3])
-if busy then return {-1, busy} end
-local now, now_text = now_s()
-if mode == 'pop' and ARGV[14] == ''
-    and redis.call('EXISTS', K.inflight, K.payloads, K.attempts, K.waiters) == 0 then
+local now, now_text
+local finished, slow = -1, false
+local common = not legacy_held
+if common then
+  -- As now_s does.
+  local t = redis.call('TIME')
+  now_text = t[1] .. '.' .. string.rep('0', 6 - #t[2]) .. t[2]
+  now = tonumber(now_text)
+end
+if common and mode == 'pop' and ARGV[14] == ''
+    and redis.call('EXISTS', KEYS[3], KEYS[8], KEYS[7], KEYS[5]) == 0 then
   -- The common case of a legacy-style queue: no reservation, payload,
   -- attempt or waiting consumer anywhere.
-  local items = redis.call('ZRANGEBYSCORE', K.queue, '-inf', now_text, 'WITHSCORES', 'LIMIT', '0', count)
+  local items = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_text, 'WITHSCORES', 'LIMIT', '0', count)
   if #items > 0 then
-    local reply = {1, remove_taken(K.queue, items), 0, 0, '', -1}
+    -- As remove_taken does.
+    local ids = {}
+    for i = 1, #items, 2 do
+      ids[#ids + 1] = items[i]
+      if #ids >= 1000 then
+        redis.call('ZREM', KEYS[1], unpack(ids))
+        ids = {}
+      end
+    end
+    if #ids > 0 then redis.call('ZREM', KEYS[1], unpack(ids)) end
+    local reply = {1, items, 0, 0, '', -1}
     redis.call('SET', KEYS[11], cmsgpack.pack({mode, reply}), 'PX', '300000')
     return reply
   end
@@ -73,14 +98,16 @@ end
 -- meanwhile, then reserve the one task due first, which is not in flight;
 -- no reservation expired, nobody waiting. Anything else goes the slow way
 -- below (which then does not finish again what this did).
-local finished, slow = -1, false
-local first_flying = mode == 'reserve' and count == '1' and ARGV[14] ~= 'nack'
-  and redis.call('ZRANGE', K.inflight, '0', '1', 'WITHSCORES')
-if first_flying and not (first_flying[2] and tonumber(first_flying[2]) <= now)
-    and redis.call('EXISTS', K.waiters) == 0 then
+local first_flying = common and mode == 'reserve' and count == '1' and ARGV[14] ~= 'nack'
+  and redis.call('ZRANGE', KEYS[3], '0', '1', 'WITHSCORES')
+-- Waiters, payloads and attempts asked in one EXISTS: in a queue without
+-- payloads or retries none of them exists; else the waiters again alone.
+local data = first_flying and not (first_flying[2] and tonumber(first_flying[2]) <= now)
+  and redis.call('EXISTS', KEYS[5], KEYS[8], KEYS[7])
+if data and (data == 0 or redis.call('EXISTS', KEYS[5]) == 0) then
   if ARGV[14] == 'ack' then
     local id = ARGV[15]
-    local held = redis.call('HGET', K.receipts, id)
+    local held = redis.call('HGET', KEYS[4], id)
     local rid, attempt, flags = string.match(held or '', '^([^/|]*)/(%d+)/[^|]*/(%a*)|')
     if held and not rid then
       slow = true -- a reservation of an older ferrolock
@@ -89,10 +116,10 @@ if first_flying and not (first_flying[2] and tonumber(first_flying[2]) <= now)
     elseif string.find(flags, 'e', 1, true) then
       slow = true -- enqueued again while in flight
     else
-      redis.call('ZREM', K.inflight, id)
-      redis.call('HDEL', K.receipts, id)
-      if string.find(flags, 'p', 1, true) then redis.call('HDEL', K.payloads, id) end
-      if tonumber(attempt) > 1 then redis.call('HDEL', K.attempts, id) end
+      redis.call('ZREM', KEYS[3], id)
+      redis.call('HDEL', KEYS[4], id)
+      if string.find(flags, 'p', 1, true) then redis.call('HDEL', KEYS[8], id) end
+      if tonumber(attempt) > 1 then redis.call('HDEL', KEYS[7], id) end
       finished = 1
     end
   end
@@ -102,13 +129,13 @@ if first_flying and not (first_flying[2] and tonumber(first_flying[2]) <= now)
   -- (the README's list before it was used) reads it, and removes it below.
   local item, popped = false, false
   if not slow then
-    item = redis.pcall('ZPOPMIN', K.queue)
+    item = redis.pcall('ZPOPMIN', KEYS[1])
     if item.err then
-      item = redis.call('ZRANGEBYSCORE', K.queue, '-inf', now_text, 'WITHSCORES', 'LIMIT', '0', '1')
+      item = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_text, 'WITHSCORES', 'LIMIT', '0', '1')
     else
       popped = true
       if item[1] and tonumber(item[2]) > now then
-        redis.call('ZADD', K.queue, item[2], item[1])
+        redis.call('ZADD', KEYS[1], item[2], item[1])
         item = false
       end
     end
@@ -116,32 +143,37 @@ if first_flying and not (first_flying[2] and tonumber(first_flying[2]) <= now)
   -- In flight too (a legacy enqueue)? Only asked when anything was in
   -- flight besides what was just acked (the first two tell).
   local others = first_flying[3] or (first_flying[1] and first_flying[1] ~= ARGV[15])
-  local flying = item and item[1] and others and redis.call('ZSCORE', K.inflight, item[1])
-  if flying and popped then redis.call('ZADD', K.queue, item[2], item[1]) end
+  local flying = item and item[1] and others and redis.call('ZSCORE', KEYS[3], item[1])
+  if flying and popped then redis.call('ZADD', KEYS[1], item[2], item[1]) end
   if item and item[1] and not flying then
     local id, score = item[1], item[2]
     local payload, n = false, 1
-    local data = redis.call('EXISTS', K.payloads, K.attempts)
     if data > 0 then
-      payload = redis.call('HGET', K.payloads, id)
-      n = (tonumber(redis.call('HGET', K.attempts, id)) or 0) + 1
+      payload = redis.call('HGET', KEYS[8], id)
+      n = (tonumber(redis.call('HGET', KEYS[7], id)) or 0) + 1
     end
-    local deadline = float_text(now + tonumber(ARGV[7]) / 1000)
-    local jitter = string.format('%.6f', tonumber(ARGV[12]) * ((tonumber(ARGV[13]) + 0.6180339887498949) % 1))
+    local deadline = string.format('%.17g', now + tonumber(ARGV[7]) / 1000) -- float_text
     local flags = ''
     if payload then flags = 'p' end
-    if not popped then redis.call('ZREM', K.queue, id) end
-    redis.call('ZADD', K.inflight, deadline, id)
-    redis.call('HSET', K.receipts, id, ARGV[8] .. '/' .. n .. '/' .. ARGV[9] .. '/' .. ARGV[10] .. '/'
-      .. ARGV[11] .. '/' .. jitter .. '/' .. ARGV[7] .. '/' .. flags .. '|' .. score)
-    local reply = {1, {id, score}, 0, {n}, deadline, finished}
-    if payload then reply[3] = {payload} end
+    if not popped then redis.call('ZREM', KEYS[1], id) end
+    redis.call('ZADD', KEYS[3], deadline, id)
+    -- The reservation text as the slow path writes it, its middle (settings
+    -- and the jitter of task 1) written by the client: no number formatted
+    -- or parsed here ('1' as text for a first attempt).
+    redis.call('HSET', KEYS[4], id, ARGV[8] .. '/' .. (n == 1 and '1' or n) .. ARGV[19] .. flags .. '|' .. score)
+    -- One flat list (code 3) for the one task taken here: cheaper to build,
+    -- to record and to send than code 1's nested lists.
+    local reply = {3, id, score, payload, n, deadline, finished}
     redis.call('SET', KEYS[11], cmsgpack.pack({mode, reply}), 'PX', '300000')
     return reply
   end
 end
 
 -- slow path (build.rs defines the helpers used below here)
+local K = queue_keys()
+local busy = legacy_held and legacy_queue_lock(K.legacy, ARGV[3])
+if busy then return {-1, busy} end
+if not now then now, now_text = now_s() end
 if finished ~= -1 then
   -- done above
 elseif ARGV[14] == 'ack' then
