@@ -15,6 +15,7 @@ mod green;
 mod lock;
 mod ops;
 mod queue;
+mod worker;
 
 use pyo3::prelude::*;
 
@@ -43,7 +44,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<lock::PyRedlock>()?;
     m.add_class::<queue::PyQueue>()?;
     m.add_class::<queue::PyTask>()?;
-    m.add_class::<queue::PyWorker>()?;
+    m.add_class::<worker::PyWorker>()?;
     m.add_class::<ops::PyInspector>()?;
     m.add_function(wrap_pyfunction!(ops::enable_events, m)?)?;
     m.add_function(wrap_pyfunction!(ops::wait_events, m)?)?;

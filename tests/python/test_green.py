@@ -126,10 +126,18 @@ KILL = """
     for g in gs:
         kill(g)
     killed_tokens = [w.token for w in waiters]
+    def free_within(seconds):
+        # Given back at once or by the background settlement: allow a
+        # loaded machine some seconds before counting it as left held.
+        for _ in range(int(seconds / 0.05)):
+            if not Lock(NAME).locked():
+                return True
+            sleep(0.05)
+        return not Lock(NAME).locked()
+
     # The killed waiters are gone: the release frees the lock for anyone.
     holder.release()
-    sleep(0.2)
-    free_after_kill = not Lock(NAME).locked()
+    free_after_kill = free_within(3)
 
     # A release racing a kill: a waiter that got the lock just before its
     # greenlet was killed either returned True (its caller owns the lock) or
@@ -150,13 +158,7 @@ KILL = """
             # The greenlet finished its acquire before the kill: it owns the lock.
             acquired += 1
             w.release()
-        # Given back at once or by the background settlement: allow a loaded
-        # machine 3 s before counting it as left held.
-        for _ in range(60):
-            if not Lock(NAME).locked():
-                break
-            sleep(0.05)
-        left_held += Lock(NAME).locked()
+        left_held += not free_within(3)
     print(json.dumps({"killed_tokens": killed_tokens, "free_after_kill": free_after_kill,
                       "left_held": left_held, "acquired": acquired}))
 """

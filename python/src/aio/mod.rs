@@ -72,9 +72,8 @@ use pyo3::types::{PyDict, PyList};
 use crate::convert::{arg, enqueue_items, str_bytes, wait_for, wait_secs};
 use crate::errors::{Exc, IntoPy, to_py};
 use crate::lock::{PyLock, PyLockBase};
-use crate::queue::{
-    Origin, PyQueue, PyTask, TaskJob, count_arg, dead_ids, log_trouble, outcome_arg,
-};
+use crate::queue::{Origin, PyQueue, PyTask, TaskJob, count_arg, dead_ids};
+use crate::worker::{log_trouble, outcome_arg};
 
 fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
