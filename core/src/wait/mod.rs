@@ -251,7 +251,7 @@ pub(crate) fn wait_loop<W: Waiting>(
         match waiter.step()? {
             Step::Done(v) => return Ok(v),
             Step::Wait(until) => {
-                if let Err(e) = waiter.ticket().wait(Some(until), spec.interrupt) {
+                if let Err(e) = waiter.park(until, spec.interrupt) {
                     let _ = waiter.cancel();
                     return Err(if e.is_interrupted() {
                         interrupted(spec.label)
@@ -336,6 +336,15 @@ impl<W: Waiting> Waiter<W> {
     /// The ticket events arrive on: wait on it between steps.
     pub(crate) fn ticket(&self) -> &Ticket {
         &self.ticket
+    }
+
+    /// Blocks until the ticket has an event or `until` passes, reading the
+    /// hub's link itself when nobody does (see `hub/lead.rs`).
+    fn park(&self, until: Instant, interrupt: Option<Interrupt<'_>>) -> Result<bool> {
+        match &self.hub {
+            Some(hub) => hub.wait(&self.client, &self.ticket, Some(until), interrupt),
+            None => self.ticket.wait(Some(until), interrupt),
+        }
     }
 
     /// What waits (the lock's or queue's side of the wait).
