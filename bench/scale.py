@@ -149,6 +149,11 @@ def one(python: str, port: int, case: str, waiters: int, procs: int, hold: float
         for a, b in zip(events, events[1:]):
             if b[0] - a[1] > 20e6:
                 print(f"  gap {(b[0] - a[1]) / 1e6:.1f} ms at {(a[1] - t0) / 1e9:.3f} s", file=sys.stderr)
+    if os.environ.get("SCALE_PROFILE"):  # mean hand-over per tenth of the run (debugging)
+        tenth = max(1, len(handovers) // 10)
+        print("  hand-over mean per tenth (us): " + " ".join(
+            f"{statistics.mean(handovers[i:i + tenth]):.0f}" for i in range(0, len(handovers), tenth)),
+            file=sys.stderr)
     return {
         "case": case, "waiters": waiters, "procs": procs, "rounds": rounds, "hold_ms": hold,
         "done": len(events),

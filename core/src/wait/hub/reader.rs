@@ -9,9 +9,7 @@ use std::time::{Duration, Instant};
 
 use redis::{PushKind, Value};
 
-use super::{
-    FIRST_BACKOFF, Hub, LINGER, MAX_BACKOFF, MAX_SKIPS, READ_SLICE, Slot, Status, Task,
-};
+use super::{FIRST_BACKOFF, Hub, LINGER, MAX_BACKOFF, MAX_SKIPS, READ_SLICE, Slot, Status, Task};
 use crate::budget::Budget;
 use crate::client::Client;
 use crate::client::conn::Node;
