@@ -204,7 +204,10 @@ impl Hub {
     /// the waiters for up to `pause` (see the module docs); `None` when it
     /// has work to do or reads itself.
     pub(super) fn stand_aside(&self, node: &Option<Node>, epoch: u64) -> Option<Duration> {
-        let st = self.state();
+        let mut st = self.state();
+        // What `next_task` does on every turn, which a reader standing aside
+        // does not reach.
+        st.purge();
         let link = st.links.get(node)?;
         if !link.connected
             || (!self.cluster && link.epoch < epoch)
