@@ -36,6 +36,10 @@
 //! channel on a link being read pokes the reader with an `SPUBLISH` of `n`
 //! on a channel the link already holds, so it does not wait for the slice.
 //!
+//! While the link needs nothing but reading, a blocked waiter reads it
+//! instead of the reader thread (it *leads*, `hub/lead.rs`): a grant for
+//! itself then costs one thread wake-up, not two.
+//!
 //! # Faults and topology changes
 //!
 //! When the connection breaks (a restart, a proxy's idle cut, `CLIENT

@@ -14,7 +14,8 @@
 //! The message goes to the channel of the waiter's *process*, not of the
 //! waiter: every wait of a process shares one subscription connection per
 //! server, read by one thread that hands each message to the waiter it
-//! names (the hub, `hub.rs`; a waiter's [`Ticket`] is where it arrives). A
+//! names (the hub, `hub.rs`; a waiter's [`Ticket`] is where it arrives), or
+//! by a blocked waiter itself while nobody else reads it (`hub/lead.rs`). A
 //! waiter is live while its process listens on the server running the
 //! script (`PUBSUB NUMSUB` before a hand-over, PUBLISH's receiver count for
 //! wake-ups): a dead process's waiters are dropped and the next one served.
