@@ -36,10 +36,6 @@
 //! channel on a link being read pokes the reader with an `SPUBLISH` of `n`
 //! on a channel the link already holds, so it does not wait for the slice.
 //!
-//! While the link needs nothing but reading, a blocked waiter reads it
-//! instead of the reader thread (it *leads*, `hub/lead.rs`): a grant for
-//! itself then costs one thread wake-up, not two.
-//!
 //! # Faults and topology changes
 //!
 //! When the connection breaks (a restart, a proxy's idle cut, `CLIENT
@@ -64,10 +60,9 @@
 //! Grants for ids the hub does not know (a wait that ended with the lock:
 //! a grant raced its own successful attempt) are ignored.
 
-mod lead;
 mod reader;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -127,8 +122,6 @@ type Place = (Option<Node>, Option<u16>);
 #[derive(Default)]
 struct State {
     entries: HashMap<String, Entry>,
-    /// The order waiters were placed in (the oldest leads first).
-    next_seq: u64,
     links: HashMap<Option<Node>, Link>,
     /// When departed entries were last purged.
     purged: Option<Instant>,
@@ -139,8 +132,6 @@ enum Entry {
     Waiting {
         ticket: Arc<Shared>,
         place: Option<Place>,
-        /// When it was first placed (see `State::next_seq`).
-        seq: u64,
     },
     /// A waiter that left without a confirmed deregistration (see the
     /// module docs): until `until`, a grant for it is given back.
@@ -163,18 +154,8 @@ enum Status {
 
 #[derive(Default)]
 struct Link {
-    /// A reader thread runs (it makes and remakes the connection).
+    /// A reader thread runs (it owns the connection).
     reader: bool,
-    /// The connection, read by the reader thread or by a waiter leading
-    /// (see `hub/lead.rs`); locked while read.
-    slot: Arc<Mutex<Slot>>,
-    /// A waiter reads the connection (leads).
-    leading: bool,
-    /// When the last waiter stopped leading.
-    led_at: Option<Instant>,
-    /// Blocked waiters parked on this link, by age: the oldest is offered
-    /// the lead first.
-    parked: BTreeMap<u64, Arc<Shared>>,
     /// A connection is open.
     connected: bool,
     /// The pool epoch the connection was made in (Sentinel: a master change
@@ -192,16 +173,6 @@ struct Link {
     /// Failures to connect or subscribe, and the last one (kind, message).
     failures: u64,
     error: Option<(ErrorKind, String)>,
-}
-
-/// A link's connection and what its reads did.
-#[derive(Default)]
-struct Slot {
-    conn: Option<redis::Connection>,
-    /// Reads of `conn` that ended without a frame (see `send_subscribe`).
-    skips: u64,
-    /// The read timeout set on `conn`.
-    timeout: Option<Duration>,
 }
 
 impl Link {
@@ -335,8 +306,6 @@ impl Hub {
         }
         let failures = link.failures;
         drop(st);
-        // A reader standing aside looks again now (see `hub/lead.rs`).
-        self.changed.notify_all();
         if let Some(channel) = poke {
             // Best effort: without it the reader looks within READ_SLICE.
             let _ = client.run_within(
@@ -395,7 +364,6 @@ impl Hub {
             .or_insert_with(|| Entry::Waiting {
                 ticket: ticket.inner.clone(),
                 place: None,
-                seq: 0,
             });
     }
 
@@ -450,22 +418,14 @@ impl Hub {
 impl State {
     /// Places `ticket` (enrolling it if need be) at `place`.
     fn place(&mut self, ticket: &Ticket, place: Place) {
-        self.next_seq += 1;
-        let next = self.next_seq;
         let old = match self.entries.get_mut(ticket.id()) {
-            Some(Entry::Waiting { place: p, seq, .. }) => {
-                if *seq == 0 {
-                    *seq = next;
-                }
-                p.replace(place.clone())
-            }
+            Some(Entry::Waiting { place: p, .. }) => p.replace(place.clone()),
             _ => {
                 self.entries.insert(
                     ticket.id().to_owned(),
                     Entry::Waiting {
                         ticket: ticket.inner.clone(),
                         place: Some(place.clone()),
-                        seq: next,
                     },
                 );
                 None
@@ -508,7 +468,6 @@ impl State {
                 Entry::Waiting {
                     ticket,
                     place: Some((n, c)),
-                    ..
                 } if n == node && channel.is_none_or(|ch| ch == *c) => Some(ticket.clone()),
                 _ => None,
             })

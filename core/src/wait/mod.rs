@@ -14,8 +14,7 @@
 //! The message goes to the channel of the waiter's *process*, not of the
 //! waiter: every wait of a process shares one subscription connection per
 //! server, read by one thread that hands each message to the waiter it
-//! names (the hub, `hub.rs`; a waiter's [`Ticket`] is where it arrives), or
-//! by a blocked waiter itself while nobody else reads it (`hub/lead.rs`). A
+//! names (the hub, `hub.rs`; a waiter's [`Ticket`] is where it arrives). A
 //! waiter is live while its process listens on the server running the
 //! script (`PUBSUB NUMSUB` before a hand-over, PUBLISH's receiver count for
 //! wake-ups): a dead process's waiters are dropped and the next one served.
@@ -252,7 +251,7 @@ pub(crate) fn wait_loop<W: Waiting>(
         match waiter.step()? {
             Step::Done(v) => return Ok(v),
             Step::Wait(until) => {
-                if let Err(e) = waiter.park(until, spec.interrupt) {
+                if let Err(e) = waiter.ticket().wait(Some(until), spec.interrupt) {
                     let _ = waiter.cancel();
                     return Err(if e.is_interrupted() {
                         interrupted(spec.label)
@@ -337,15 +336,6 @@ impl<W: Waiting> Waiter<W> {
     /// The ticket events arrive on: wait on it between steps.
     pub(crate) fn ticket(&self) -> &Ticket {
         &self.ticket
-    }
-
-    /// Blocks until the ticket has an event or `until` passes, reading the
-    /// hub's link itself when nobody does (see `hub/lead.rs`).
-    fn park(&self, until: Instant, interrupt: Option<Interrupt<'_>>) -> Result<bool> {
-        match &self.hub {
-            Some(hub) => hub.wait(&self.client, &self.ticket, Some(until), interrupt),
-            None => self.ticket.wait(Some(until), interrupt),
-        }
     }
 
     /// What waits (the lock's or queue's side of the wait).

@@ -58,9 +58,6 @@ struct Pending {
     granted: Option<i64>,
     woken: bool,
     recheck: bool,
-    /// The hub offers this (parked) waiter to read its link itself (see
-    /// `hub/lead.rs`).
-    offered: bool,
     callback: Option<Callback>,
 }
 
@@ -175,36 +172,6 @@ impl Ticket {
         st.callback = Some(callback);
     }
 
-    /// Whether an event is pending (left for [`Ticket::take`]).
-    pub(super) fn pending(&self) -> bool {
-        self.inner.state.lock_unpoisoned().is_pending()
-    }
-
-    /// Blocks until an event is pending, the hub offers this waiter to read
-    /// its link (the offer is taken), or `until` passes. Whether an event is
-    /// pending.
-    pub(super) fn park(&self, until: Instant) -> bool {
-        let mut st = self.inner.state.lock_unpoisoned();
-        loop {
-            if st.is_pending() {
-                return true;
-            }
-            if std::mem::take(&mut st.offered) {
-                return false;
-            }
-            let now = Instant::now();
-            if now >= until {
-                return false;
-            }
-            st = self
-                .inner
-                .ready
-                .wait_timeout(st, until - now)
-                .map(|(g, _)| g)
-                .unwrap_or_else(|p| p.into_inner().0);
-        }
-    }
-
     /// Stops calling the callback.
     pub fn clear_callback(&self) {
         self.inner.state.lock_unpoisoned().callback = None;
@@ -212,18 +179,6 @@ impl Ticket {
 }
 
 impl Shared {
-    /// Offers the parked waiter to read its link (see [`Ticket::park`]).
-    pub(super) fn offer(&self) {
-        self.state.lock_unpoisoned().offered = true;
-        self.ready.notify_all();
-    }
-
-    /// Whether this waiter is called back (an event loop's) rather than
-    /// blocked: only the reader thread reads for it.
-    pub(super) fn called_back(&self) -> bool {
-        self.state.lock_unpoisoned().callback.is_some()
-    }
-
     /// Delivers `event`: kept for [`Ticket::take`], the blocked waiter woken
     /// and the callback, if any, called.
     pub(super) fn deliver(&self, event: Event) {

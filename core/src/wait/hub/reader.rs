@@ -1,65 +1,52 @@
 //! The hub's reader: one thread per subscription link, owning its
 //! connection: it (re)connects with backoff, (re)subscribes, reads pushes and
 //! dispatches them, and tells the waiters of a link what happened to it
-//! (confirmed, refused, moved, failed). It reads the link only while no
-//! blocked waiter can (see `lead.rs`).
+//! (confirmed, refused, moved, failed).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use redis::{PushKind, Value};
 
-use super::{FIRST_BACKOFF, Hub, LINGER, MAX_BACKOFF, MAX_SKIPS, READ_SLICE, Slot, Status, Task};
+use super::{FIRST_BACKOFF, Hub, LINGER, MAX_BACKOFF, MAX_SKIPS, READ_SLICE, Status, Task};
 use crate::budget::Budget;
 use crate::client::Client;
 use crate::client::conn::Node;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::{hub_channel, slot_of};
-use crate::sync::LockUnpoisoned;
 use crate::wait::ticket::Event;
 
 impl Hub {
-    /// The reader of the link to `node` (see the module docs). It stands
-    /// aside while a waiter reads the link itself (`lead.rs`).
+    /// The reader of the link to `node` (see the module docs).
     pub(super) fn read_link(self: Arc<Self>, client: &Client, node: &Option<Node>) {
         crate::signals::block_in_this_thread();
         let pid = crate::fork::current_pid();
-        let Some(slot) = self.state().links.get(node).map(|l| l.slot.clone()) else {
-            return;
-        };
+        let mut conn: Option<redis::Connection> = None;
+        // Reads of `conn` that ended without a frame (see `send_subscribe`).
+        let mut skips: u64 = 0;
         let mut backoff = FIRST_BACKOFF;
         let mut trimmed = Instant::now();
         loop {
             if crate::fork::current_pid() != pid {
-                if let Ok(mut s) = slot.try_lock() {
-                    std::mem::forget(s.conn.take());
-                }
+                std::mem::forget(conn);
                 return;
             }
             if trimmed.elapsed() >= READ_SLICE * 10 {
                 client.trim_idle();
                 trimmed = Instant::now();
             }
-            if let Some(rest) = self.stand_aside(node, client.epoch()) {
-                self.rest(rest);
-                continue;
-            }
-            let mut guard = slot.lock_unpoisoned();
-            let s = &mut *guard;
             let epoch = client.epoch();
-            match self.next_task(node, &mut s.conn, epoch) {
+            match self.next_task(node, &mut conn, epoch) {
                 Task::Exit => return,
                 Task::Connect(channels) => {
-                    drop(s.conn.take());
+                    drop(conn.take());
                     match self.connect(client, node, &channels) {
                         Ok(c) => {
-                            s.conn = Some(c);
-                            s.skips = 0;
-                            s.timeout = Some(READ_SLICE);
+                            conn = Some(c);
+                            skips = 0;
                             backoff = FIRST_BACKOFF;
                         }
                         Err(e) => {
-                            drop(guard);
                             self.failed(node, &e);
                             std::thread::sleep(backoff);
                             backoff = (backoff * 2).min(MAX_BACKOFF);
@@ -67,62 +54,32 @@ impl Hub {
                     }
                 }
                 Task::Subscribe(channels) => {
-                    let Some(c) = s.conn.as_mut() else { continue };
-                    if s.skips > MAX_SKIPS {
+                    let Some(c) = conn.as_mut() else { continue };
+                    if skips > MAX_SKIPS {
                         // Cheaper to start afresh (the new connection
                         // subscribes to every channel of the link).
-                        drop(s.conn.take());
+                        drop(conn.take());
                         self.broken(node, &Error::new(ErrorKind::Connection, "reconnecting"));
                         continue;
                     }
-                    let pings = if s.skips > 0 { s.skips + 1 } else { 0 };
-                    s.skips = 0;
+                    let pings = if skips > 0 { skips + 1 } else { 0 };
+                    skips = 0;
                     if let Err(e) = self.send_subscribe(c, &channels, pings) {
-                        drop(s.conn.take());
+                        drop(conn.take());
                         self.broken(node, &Error::from_redis(client.redacted_url(), e));
                     }
                 }
                 Task::Read => {
-                    if self.state().links.get(node).is_some_and(|l| l.leading) {
-                        continue;
-                    }
-                    if let Some(value) = self.read_slot(client, node, s, READ_SLICE) {
-                        drop(guard);
-                        self.handle(client, node, value);
+                    let Some(c) = conn.as_mut() else { continue };
+                    match read_one(c) {
+                        Ok(Some(value)) => self.handle(client, node, value),
+                        Ok(None) => skips += 1,
+                        Err(e) => {
+                            drop(conn.take());
+                            self.broken(node, &Error::from_redis(client.redacted_url(), e));
+                        }
                     }
                 }
-            }
-        }
-    }
-
-    /// Reads one frame from `s`'s connection within `timeout`; a broken
-    /// connection is dropped and the link marked broken.
-    pub(super) fn read_slot(
-        &self,
-        client: &Client,
-        node: &Option<Node>,
-        s: &mut Slot,
-        timeout: Duration,
-    ) -> Option<Value> {
-        let c = s.conn.as_mut()?;
-        if s.timeout != Some(timeout) {
-            if let Err(e) = c.set_read_timeout(Some(timeout)) {
-                drop(s.conn.take());
-                self.broken(node, &Error::from_redis(client.redacted_url(), e));
-                return None;
-            }
-            s.timeout = Some(timeout);
-        }
-        match read_one(c) {
-            Ok(Some(value)) => Some(value),
-            Ok(None) => {
-                s.skips += 1;
-                None
-            }
-            Err(e) => {
-                drop(s.conn.take());
-                self.broken(node, &Error::from_redis(client.redacted_url(), e));
-                None
             }
         }
     }
