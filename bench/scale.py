@@ -9,7 +9,9 @@ for `--hold` ms (spinning, so the hold is exact) and releases it. Reported:
 - hand-over: from one holder's release call to the next holder's acquire
   returning (any process; CLOCK_MONOTONIC is shared), p50 / p99 / max;
 - server connections during the run (sampled every 50 ms with CLIENT LIST),
-  the largest count, and how many were subscribed (the processes' hubs).
+  the largest count, and how many were subscribed (the processes' hubs);
+- scripts the server ran per acquisition, and their server time in all
+  (`INFO commandstats`): what waiting costs Redis besides the hand-overs.
 
 Cases: `plain` (prefix `bench:`: legacy interop off), `fair`, and `legacy`
 (prefix `Lock:`: legacy interop on, so sustained contention leaves the key
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import socket
 import statistics
 import subprocess
@@ -102,6 +105,16 @@ def sample_connections(port: int, stop: threading.Event, out: list[tuple[int, in
         time.sleep(0.05)
 
 
+def script_calls(port: int) -> tuple[int, int]:
+    """Scripts the server ran so far (EVAL/EVALSHA/FCALL): (calls, usec)."""
+    stats = command(port, "INFO", "commandstats").decode(errors="replace")
+    calls = usec = 0
+    for m in re.finditer(r"cmdstat_(?:evalsha|eval|fcall):calls=(\d+),usec=(\d+)", stats):
+        calls += int(m.group(1))
+        usec += int(m.group(2))
+    return calls, usec
+
+
 def pct(xs: list[float], p: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(p * len(xs)))]
@@ -118,12 +131,14 @@ def one(python: str, port: int, case: str, waiters: int, procs: int, hold: float
     ps = [subprocess.Popen([python, "-c", WORKER, url, name, prefix, fair, str(per), str(hold), str(start_at),
                             str(rounds)],
                            stdout=subprocess.PIPE, text=True) for _ in range(procs)]
+    calls_before = script_calls(port)
     stop, conns = threading.Event(), []
     sampler = threading.Thread(target=sample_connections, args=(port, stop, conns))
     sampler.start()
     outs = [json.loads(p.communicate(timeout=600)[0]) for p in ps]
     stop.set()
     sampler.join()
+    calls_after = script_calls(port)
     events = sorted(e for o in outs for e in o["events"])
     failed = [f for o in outs for f in o["failed"]]
     span = (events[-1][1] - events[0][0]) / 1e9
@@ -134,6 +149,11 @@ def one(python: str, port: int, case: str, waiters: int, procs: int, hold: float
         for a, b in zip(events, events[1:]):
             if b[0] - a[1] > 20e6:
                 print(f"  gap {(b[0] - a[1]) / 1e6:.1f} ms at {(a[1] - t0) / 1e9:.3f} s", file=sys.stderr)
+    if os.environ.get("SCALE_PROFILE"):  # mean hand-over per tenth of the run (debugging)
+        tenth = max(1, len(handovers) // 10)
+        print("  hand-over mean per tenth (us): " + " ".join(
+            f"{statistics.mean(handovers[i:i + tenth]):.0f}" for i in range(0, len(handovers), tenth)),
+            file=sys.stderr)
     return {
         "case": case, "waiters": waiters, "procs": procs, "rounds": rounds, "hold_ms": hold,
         "done": len(events),
@@ -141,6 +161,8 @@ def one(python: str, port: int, case: str, waiters: int, procs: int, hold: float
         "handover_p50_us": round(pct(handovers, 0.5), 1), "handover_p99_us": round(pct(handovers, 0.99), 1),
         "handover_max_us": round(max(handovers), 1),
         "connections_max": max(c for c, _ in conns), "subscribed_max": max(s for _, s in conns),
+        "scripts_per_acquire": round((calls_after[0] - calls_before[0]) / max(1, len(events)), 2),
+        "server_script_ms": round((calls_after[1] - calls_before[1]) / 1000, 1),
     }
 
 
