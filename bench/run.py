@@ -1182,7 +1182,9 @@ def readme_table(res: dict) -> str:
                      others(w, lambda x: f"{x['p50_ms']:.3f}")))
     if has("drain"):
         d = sec["drain"]["summary"]
-        rows.append(("queue worker loop, 1 consumer, jobs/s", f"{d['ferrolock reserve+ack']['jobs_per_s_1']:,.0f}", "",
+        rows.append(("queue worker loop (`work()`), 1 consumer, jobs/s",
+                     f"{d['ferrolock work()']['jobs_per_s_1']:,.0f}",
+                     f"{d['ferrolock work() (PHP)']['jobs_per_s_1']:,.0f}",
                      others(d, lambda x: f"{x['jobs_per_s_1']:,.0f}")))
     if has("queue"):
         q = sec["queue"]["summary"]
