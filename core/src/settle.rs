@@ -89,7 +89,7 @@ pub(crate) fn defer(settlement: Box<dyn Settlement>) {
 }
 
 /// Hands a batch of settlements to the keeper, tried in the given order
-/// (most urgent first) ahead of nothing else, reported as one event saying
+/// (most urgent first) after those already waiting, reported as one event saying
 /// `why` instead of one per settlement: a Sentinel failover replays the
 /// releases of its last seconds (hundreds on a busy lock), and a log line
 /// each, read and logged by the binding while the keeper works, would both
