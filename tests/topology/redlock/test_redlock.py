@@ -172,7 +172,7 @@ def test_redlock_quorum(masters):
     with pytest.raises(ferrolock.ConnectionError, match="only 2 of 5 Redis masters answered"):
         lock.acquire(blocking=False)
     started = time.monotonic()
-    with pytest.raises(ferrolock.ConnectionError, match="only 2 of 5 Redis masters answered.*tried for"):
+    with pytest.raises(ferrolock.ConnectionError, match=r"only 2 of 5 Redis masters answered.*tried for"):
         lock.acquire(timeout=1)
     assert 1 <= time.monotonic() - started < 1 + 3
     with pytest.raises(ConnectionError):  # the builtin, too
