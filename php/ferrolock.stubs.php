@@ -76,7 +76,8 @@ class RedisLock
      *        those (distinct) masters (waiters are woken by the release,
      *        each master has a tenth of the lifetime to answer a request,
      *        locks are not auto-renewed, and fewer than a majority answering
-     *        throws RedisLockException, as does a lock() that cannot succeed
+     *        throws RedisLockException (a waiting lock() asks again until
+     *        its timeout first), as does a lock() that cannot succeed
      *        in time because masters that restarted less than one lifetime
      *        ago have no vote yet: see docs/deployment.md);
      *        'fair' => true serves waiters in arrival order; 'auto_renew' =>

@@ -160,8 +160,10 @@ class Redlock(_native.Redlock, _Forms):
     the hold lost: fewer than a majority of masters still have it (its keys
     expired or were deleted), or no renewal succeeded within its validity;
     the hold is then released everywhere. A hold found lost by
-    ``release()`` or ``extend()`` raises there instead. Raises :class:`ConnectionError` when fewer than a majority of
-    masters answer. A master that restarted less than one ttl ago (or that this
+    ``release()`` or ``extend()`` raises there instead. When fewer than a
+    majority of masters answer, a try-once raises :class:`ConnectionError`;
+    a wait asks again (backing off up to 1 s) until its timeout, then raises
+    it. A master that restarted less than one ttl ago (or that this
     process first meets less than one ttl after it started) has no vote for
     that long: while fewer than a majority may vote, a try-once or a wait that
     would end first raises :class:`LockError` saying so (docs/deployment.md).
