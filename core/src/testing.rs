@@ -249,6 +249,29 @@ impl RedisServer {
             .and_then(|c| c.get_connection())
             .expect("connect to test redis-server")
     }
+
+    /// Waits until the server has been up for `time`, as it counts (whole
+    /// seconds of `uptime_in_seconds`): a Redlock master that started less
+    /// than one TTL ago has no vote.
+    pub fn wait_up_for(&self, time: Duration) {
+        let want = time.as_secs_f64().ceil() as u64;
+        let mut con = self.conn();
+        loop {
+            let info: String = redis::cmd("INFO")
+                .arg("server")
+                .query(&mut con)
+                .expect("INFO of test redis-server");
+            let up: u64 = info
+                .lines()
+                .find_map(|l| l.strip_prefix("uptime_in_seconds:"))
+                .and_then(|v| v.trim().parse().ok())
+                .expect("uptime_in_seconds in INFO");
+            if up >= want {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
 }
 
 impl Drop for RedisServer {

@@ -31,22 +31,7 @@ impl Masters {
     /// Waits until server `i` has been up for `time` (as it counts: whole
     /// seconds).
     fn wait_up_for(&self, i: usize, time: Duration) {
-        let want = time.as_secs_f64().ceil() as u64;
-        loop {
-            let info: String = redis::cmd("INFO")
-                .arg("server")
-                .query(&mut self.conn(i))
-                .unwrap();
-            let up: u64 = info
-                .lines()
-                .find_map(|l| l.strip_prefix("uptime_in_seconds:"))
-                .map(|v| v.trim().parse().unwrap())
-                .unwrap();
-            if up >= want {
-                return;
-            }
-            thread::sleep(Duration::from_millis(100));
-        }
+        self.servers[i].wait_up_for(time);
     }
 
     fn redlock(&self, name: &[u8]) -> Redlock {

@@ -22,21 +22,8 @@ impl Masters {
     /// that started less than one TTL ago has no vote).
     fn start(ttl: Duration) -> Self {
         let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
-        let want = ttl.as_secs_f64().ceil() as u64;
         for s in &servers {
-            let mut con = s.conn();
-            loop {
-                let info: String = redis::cmd("INFO").arg("server").query(&mut con).unwrap();
-                let up: u64 = info
-                    .lines()
-                    .find_map(|l| l.strip_prefix("uptime_in_seconds:"))
-                    .map(|v| v.trim().parse().unwrap())
-                    .unwrap();
-                if up >= want {
-                    break;
-                }
-                thread::sleep(Duration::from_millis(100));
-            }
+            s.wait_up_for(ttl);
         }
         Self { servers }
     }
