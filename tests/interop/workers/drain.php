@@ -19,4 +19,10 @@ while ($idle < 100) { // 0.5 s with nothing popped: the queue is drained
     foreach ((int) $batch === 1 ? [$got] : $got as $task) {
         echo $task['id'], "\n";
     }
+    if ($mode === 'legacy') {
+        // A legacy app does some work between pops; a tight loop would
+        // re-take the queue lock before anyone else could (its SETNX lock
+        // has no queue), starving the other workers.
+        usleep(1000);
+    }
 }
