@@ -63,8 +63,8 @@ pub use lock::{DEFAULT_TTL, DistributedLock, LockOptions};
 pub use ops::{InFlight, InFlightPage, Inspector, Listing, LockInfo, QueueInfo, Waiter};
 pub use queue::{
     DEFAULT_BACKOFF, DEFAULT_BACKOFF_CAP, DEFAULT_BACKOFF_JITTER, DEFAULT_LEGACY_LOCK_TIMEOUT,
-    DEFAULT_MAX_ATTEMPTS, DEFAULT_VISIBILITY, Finish, Heartbeat, Outcome, Queue, QueueOptions,
-    QueueStats, Step, TakeSteps, Task, Worker, WorkerOptions,
+    DEFAULT_MAX_ATTEMPTS, DEFAULT_VISIBILITY, Finish, Heartbeat, NextSteps, Outcome, Queue,
+    QueueOptions, QueueStats, Step, TakeSteps, Task, Worker, WorkerOptions,
 };
 pub use settle::{pending_settlements, wait_settled};
 pub use wait::Wait;

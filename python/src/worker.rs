@@ -40,6 +40,22 @@ pub(crate) fn outcome_arg(outcome: &Bound<'_, PyAny>) -> PyResult<Outcome> {
 
 /// Logs a connection trouble of the worker loop (`logging`, logger
 /// `ferrolock.worker`).
+/// The options of a worker (`Queue.work`'s and `aio.Queue.work`'s).
+pub(crate) fn worker_options(
+    wait: Option<f64>,
+    visibility: Option<f64>,
+    heartbeat: bool,
+) -> PyResult<WorkerOptions> {
+    let mut opts = WorkerOptions::default();
+    opts.wait = Wait::from_secs(wait, "wait").py()?;
+    opts.visibility = visibility
+        .map(|v| validate::seconds(v, "visibility", true))
+        .transpose()
+        .py()?;
+    opts.heartbeat = heartbeat;
+    Ok(opts)
+}
+
 pub(crate) fn log_trouble(e: &ferrolock::Error) {
     Python::attach(|py| {
         let logged = py.import("logging").and_then(|logging| {
@@ -64,13 +80,7 @@ impl PyWorker {
         visibility: Option<f64>,
         heartbeat: bool,
     ) -> PyResult<Self> {
-        let mut opts = WorkerOptions::default();
-        opts.wait = Wait::from_secs(wait, "wait").py()?;
-        opts.visibility = visibility
-            .map(|v| validate::seconds(v, "visibility", true))
-            .transpose()
-            .py()?;
-        opts.heartbeat = heartbeat;
+        let opts = worker_options(wait, visibility, heartbeat)?;
         let queue = queue.get().inner.clone();
         let worker = ferrolock::Worker::new(queue.clone(), opts).py()?;
         Ok(Self {

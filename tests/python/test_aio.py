@@ -4,12 +4,15 @@ loop never blocked."""
 from __future__ import annotations
 
 import asyncio
+import logging
+import threading
 import time
 
 import pytest
 
 import ferrolock
 from ferrolock import LockLostError, LockNotOwnedError, LockTimeout, _native, aio
+from tests.support.servers import RedisServer
 
 
 def run(coro):
@@ -302,8 +305,6 @@ def test_worker_loop(url, name):
 
 
 def test_worker_loop_stops_on_a_threading_event(url, name):
-    import threading
-
     async def main() -> None:
         q = aio.Queue(name)
         stop = threading.Event()
@@ -333,3 +334,43 @@ def test_executor_is_bounded(url, name):
     stats = _native._aio_stats()
     assert 1 <= stats["max_threads"] <= 256
     assert stats["threads_peak"] <= stats["max_threads"]
+
+
+def test_worker_loop_rides_out_a_server_restart(caplog):
+    # The blocking loop's test, on the event loop: the ack of `a` and the
+    # next take fail while the server is down; the loop logs, pauses and goes
+    # on, on the same worker (the core's steps), and then handles `b`.
+    with RedisServer() as server:
+        url = server.url + "?timeout=0.5"
+
+        def restart_and_enqueue() -> None:
+            server.start()
+            until = time.monotonic() + 20
+            while time.monotonic() < until:  # the machine may be slow: try until it answers
+                try:
+                    ferrolock.Queue("jobs", url=url).enqueue("b")
+                    return
+                except ferrolock.ConnectionError:
+                    time.sleep(0.1)
+
+        async def main() -> list[str]:
+            q = aio.Queue("jobs", url=url)
+            await q.enqueue("a")
+            seen: list[str] = []
+            stop = asyncio.Event()
+
+            async def handler(task: aio.Task) -> None:
+                seen.append(task.id)
+                if task.id == "a":
+                    server.stop()
+                    threading.Timer(1.0, restart_and_enqueue).start()
+                else:
+                    stop.set()
+
+            await asyncio.wait_for(q.work(handler, stop=stop), 60)
+            assert (await q.stats())["in_flight"] == 0
+            return seen
+
+        with caplog.at_level(logging.WARNING, logger="ferrolock.worker"):
+            assert run(main()) == ["a", "b"]
+        assert "trying again" in caplog.text

@@ -35,7 +35,7 @@ use self::reply::int_at;
 pub use self::steps::TakeSteps;
 pub use self::take::Step;
 pub use self::task::{Finish, Task};
-pub use self::worker::{Outcome, Worker, WorkerOptions};
+pub use self::worker::{NextSteps, Outcome, Worker, WorkerOptions};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::keys::{DEFAULT_LOCK_PREFIX, DEFAULT_QUEUE_PREFIX, QueueKeys, label};

@@ -62,7 +62,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use ferrolock::wait::{Interrupt, Step, Ticket, interrupted};
-use ferrolock::{AcquireSteps, Heartbeat, Outcome, TakeSteps, Wait, validate};
+use ferrolock::{AcquireSteps, TakeSteps, Wait, validate};
 use pyo3::IntoPyObjectExt;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
@@ -73,7 +73,7 @@ use crate::convert::{arg, enqueue_items, str_bytes, wait_for, wait_secs};
 use crate::errors::{Exc, IntoPy, to_py};
 use crate::lock::{PyLock, PyLockBase};
 use crate::queue::{Origin, PyQueue, PyTask, TaskJob, count_arg, dead_ids};
-use crate::worker::{log_trouble, outcome_arg};
+use crate::worker::{log_trouble, outcome_arg, worker_options};
 
 fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)

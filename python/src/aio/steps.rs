@@ -12,6 +12,19 @@ pub(super) trait Stepper: Send + 'static {
     fn cancel(&mut self);
 }
 
+impl Stepper for ferrolock::NextSteps {
+    type Out = Option<ferrolock::Task>;
+    fn step(&mut self) -> ferrolock::Result<Step<Option<ferrolock::Task>>> {
+        ferrolock::NextSteps::step(self, &log_trouble)
+    }
+    fn ticket(&self) -> Option<Ticket> {
+        ferrolock::NextSteps::ticket(self).cloned()
+    }
+    fn cancel(&mut self) {
+        ferrolock::NextSteps::cancel(self);
+    }
+}
+
 impl Stepper for AcquireSteps {
     type Out = bool;
     fn step(&mut self) -> ferrolock::Result<Step<bool>> {
