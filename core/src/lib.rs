@@ -56,7 +56,7 @@ pub use config::{
 };
 pub use error::{Error, ErrorKind, Result};
 pub use keys::{DEFAULT_LOCK_PREFIX, DEFAULT_QUEUE_PREFIX, new_token};
-pub use lock::redlock::Redlock;
+pub use lock::redlock::{Redlock, RedlockSteps};
 pub use lock::single::{Lock, caller_thread_id};
 pub use lock::waiter::AcquireSteps;
 pub use lock::{DEFAULT_TTL, DistributedLock, LockOptions};

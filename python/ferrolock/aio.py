@@ -216,8 +216,9 @@ class Lock(_AsyncForms):
 class Redlock(_AsyncForms):
     """An asyncio lock over several independent masters: ``ferrolock.Redlock``
     with awaitable methods. Its round trips run off the loop as the others'
-    do; a blocking ``acquire`` waits on a thread of its own (Redlock has no
-    step-wise wait), cancelled with the awaiting task. ``auto_renew`` and
+    do, and a waiting ``acquire`` costs no thread (the blocking one's
+    attempts, step by step); a cancelled task leaves nothing held or
+    registered. ``auto_renew`` and
     ``on_lost`` as ``ferrolock.Redlock``'s (the callback gets the sync
     ``ferrolock.Redlock``, from a background thread)."""
 

@@ -342,7 +342,7 @@ impl PyLock {
 #[pyclass(name = "Redlock", module = "ferrolock._native", extends = PyLockBase, subclass, frozen)]
 pub struct PyRedlock {
     /// The same lock as the base's `inner`, with the methods only a `Redlock` has.
-    redlock: Arc<Redlock>,
+    pub(crate) redlock: Arc<Redlock>,
 }
 
 #[pymethods]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import threading
 import time
 from collections.abc import Iterator
@@ -28,13 +27,7 @@ def masters() -> Iterator[list[RedisServer]]:
     try:
         # A master up for less than one TTL has no vote (it may have restarted).
         for s in servers:
-            while True:
-                info = s.cmd("INFO", "server").decode()
-                up = int(next(line for line in info.splitlines()
-                              if line.startswith("uptime_in_seconds:")).split(":")[1])
-                if up >= math.ceil(TTL):
-                    break
-                time.sleep(0.1)
+            s.wait_up_for(TTL)
         yield servers
     finally:
         for s in servers:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import math
 import os
 import shutil
 import signal
@@ -143,6 +144,19 @@ class RedisServer:
     def close(self) -> None:
         self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+    def wait_up_for(self, seconds: float) -> None:
+        """Returns once the server (if running) has been up for `seconds`, as it
+        counts them (`INFO server`): a Redlock master younger than one TTL has
+        no vote yet."""
+        want = math.ceil(seconds)
+        while self.proc is not None:
+            info = self.cmd("INFO", "server").decode()
+            up = int(next(line for line in info.splitlines()
+                          if line.startswith("uptime_in_seconds:")).split(":")[1])
+            if up >= want:
+                return
+            time.sleep(0.1)
 
     @property
     def url(self) -> str:

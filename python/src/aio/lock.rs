@@ -8,6 +8,7 @@ use super::*;
 pub struct PyAsyncLock {
     pub(super) inner: Arc<dyn ferrolock::DistributedLock>,
     pub(super) single: Option<Arc<ferrolock::Lock>>,
+    pub(super) redlock: Option<Arc<ferrolock::Redlock>>,
     pub(super) timeout: Option<f64>,
     pub(super) kind: &'static str,
     pub(super) name: String,
@@ -40,39 +41,16 @@ impl PyAsyncLock {
                 undo: None,
             })
         };
-        match &self.single {
-            Some(lock) => drive(
+        match (&self.single, &self.redlock) {
+            (Some(lock), _) => drive(
                 py,
                 ferrolock::Lock::acquire_steps(lock, wait),
                 Box::new(finish),
             ),
-            None => {
-                // A Redlock has no step machine: its wait runs on a thread
-                // of its own (not the executor's: it would hold one of them
-                // for the whole wait), stopped by a cancellation.
-                let (op, inner) = new_op(py)?;
-                let lock = self.inner.clone();
-                std::thread::Builder::new()
-                    .name("ferrolock-aio-redlock".into())
-                    .spawn(move || {
-                        let cancelled = &inner.cancelled;
-                        let hook = || -> ferrolock::Result<()> {
-                            if cancelled.load(Ordering::Acquire) {
-                                Err(interrupted("cancelled"))
-                            } else {
-                                Ok(())
-                            }
-                        };
-                        let outcome = match lock.acquire(wait, Some(&hook)) {
-                            Ok(a) => finish(Some(a)),
-                            Err(e) if e.is_interrupted() => Ok(Done::none()),
-                            Err(e) => Err(e),
-                        };
-                        inner.complete(outcome);
-                    })
-                    .map_err(|e| PyRuntimeError::new_err(format!("cannot start a thread: {e}")))?;
-                Ok(op)
-            }
+            (None, Some(redlock)) => drive(py, redlock.acquire_steps(wait), Box::new(finish)),
+            (None, None) => Err(PyRuntimeError::new_err(
+                "neither a Lock nor a Redlock: nothing to acquire",
+            )),
         }
     }
 }
@@ -83,9 +61,14 @@ impl PyAsyncLock {
     pub(super) fn new(lock: &Bound<'_, PyLockBase>) -> Self {
         let base = lock.get();
         let single = lock.cast::<PyLock>().ok().map(|l| l.get().single.clone());
+        let redlock = lock
+            .cast::<PyRedlock>()
+            .ok()
+            .map(|l| l.get().redlock.clone());
         Self {
             inner: base.inner.clone(),
             single,
+            redlock,
             timeout: base.timeout,
             kind: base.kind,
             name: base.display_name(),

@@ -71,7 +71,7 @@ use pyo3::types::{PyDict, PyList};
 
 use crate::convert::{arg, enqueue_items, str_bytes, wait_for, wait_secs};
 use crate::errors::{Exc, IntoPy, to_py};
-use crate::lock::{PyLock, PyLockBase};
+use crate::lock::{PyLock, PyLockBase, PyRedlock};
 use crate::queue::{Origin, PyQueue, PyTask, TaskJob, count_arg, dead_ids};
 use crate::worker::{log_trouble, outcome_arg, worker_options};
 

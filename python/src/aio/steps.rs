@@ -25,6 +25,19 @@ impl Stepper for ferrolock::NextSteps {
     }
 }
 
+impl Stepper for ferrolock::RedlockSteps {
+    type Out = bool;
+    fn step(&mut self) -> ferrolock::Result<Step<bool>> {
+        ferrolock::RedlockSteps::step(self)
+    }
+    fn ticket(&self) -> Option<Ticket> {
+        ferrolock::RedlockSteps::ticket(self).cloned()
+    }
+    fn cancel(&mut self) {
+        ferrolock::RedlockSteps::cancel(self);
+    }
+}
+
 impl Stepper for AcquireSteps {
     type Out = bool;
     fn step(&mut self) -> ferrolock::Result<Step<bool>> {

@@ -4,7 +4,6 @@ masters, PHP."""
 from __future__ import annotations
 
 import json
-import math
 import os
 import random
 import signal
@@ -43,15 +42,8 @@ def urls_of(servers) -> list[str]:
 
 def wait_up_for(servers, seconds: float) -> None:
     """Waits until every running server has been up for `seconds` (as it counts them)."""
-    want = math.ceil(seconds)
     for s in servers:
-        while s.proc is not None:
-            info = s.cmd("INFO", "server").decode()
-            up = int(next(line for line in info.splitlines() if line.startswith("uptime_in_seconds:"))
-                     .split(":")[1])
-            if up >= want:
-                break
-            time.sleep(0.1)
+        s.wait_up_for(seconds)
 
 
 def eventually(check, within: float) -> bool:

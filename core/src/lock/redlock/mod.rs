@@ -78,6 +78,7 @@ mod acquire;
 mod masters;
 mod renew;
 mod servers;
+mod steps;
 mod undo;
 mod waiter;
 
@@ -85,14 +86,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use self::acquire::AcquireCall;
+use self::acquire::Attempts;
 pub use self::masters::MIN_MASTER_BUDGET;
 use self::masters::Masters;
+pub use self::steps::RedlockSteps;
 use super::{DistributedLock, extend_call, not_owned};
 use crate::budget::Budget;
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::keys::{LockKeys, label, new_token};
+use crate::keys::{LockKeys, label};
 use crate::ops::{self, LockRef};
 use crate::sync::LockUnpoisoned;
 use crate::validate;
@@ -218,8 +220,8 @@ impl Redlock {
     /// one command timeout (a try-once: within one command timeout).
     pub fn acquire(&self, wait: Wait, interrupt: Option<Interrupt<'_>>) -> Result<bool> {
         let acquired = self.inner.acquire(wait, interrupt)?;
-        if acquired && self.inner.auto_renew.load(Ordering::Acquire) {
-            renew::start(&self.inner);
+        if acquired {
+            renew::start_if_on(&self.inner);
         }
         Ok(acquired)
     }
@@ -285,23 +287,23 @@ impl Inner {
 
     /// See [`Redlock::acquire`]; counted in the metrics (a wait, or a miss).
     fn acquire(&self, wait: Wait, interrupt: Option<Interrupt<'_>>) -> Result<bool> {
-        let started = Instant::now();
-        // One token for the whole call: a master that hands its key to this
-        // waiter sets it to this token, which the next attempt then counts.
-        let token = new_token();
-        let deadline = wait.deadline();
-        let budget = match wait {
-            Wait::Try => self.one_call(),
-            _ => Budget::wait(deadline, self.masters.command_timeout()),
-        };
-        let mut waiter = None;
-        let mut lingering = vec![false; self.masters.clients().len()];
-        let call = AcquireCall {
-            token: &token,
+        let mut a = self.attempts(wait);
+        let outcome = self.acquire_as(&mut a, interrupt);
+        self.conclude(a, outcome)
+    }
+
+    /// Ends the acquire call `a`, whose attempts came to `outcome`: what it
+    /// may have left on masters is undone, its waiter deregistered, and the
+    /// call counted in the metrics.
+    fn conclude(&self, a: Attempts, outcome: Result<bool>) -> Result<bool> {
+        let Attempts {
+            token,
             budget,
-            lingering: &mut lingering,
-        };
-        let outcome = self.acquire_as(call, wait, deadline, interrupt, &mut waiter);
+            started,
+            waiter,
+            lingering,
+            ..
+        } = a;
         if !matches!(outcome, Ok(true)) {
             // The call is over: what it could not undo is undone by the
             // keeper once those masters answer (not earlier: a later

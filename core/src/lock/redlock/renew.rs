@@ -15,6 +15,7 @@
 //!
 //! [`Redlock::auto_renew`]: super::Redlock::auto_renew
 
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -38,6 +39,13 @@ enum Renewed {
     Failed,
     /// The hold is over (released, given up, lost): the thread ends.
     Over,
+}
+
+/// Starts renewing `lock`'s current hold if its auto-renewal is on.
+pub(super) fn start_if_on(lock: &Arc<Inner>) {
+    if lock.auto_renew.load(Ordering::Acquire) {
+        start(lock);
+    }
 }
 
 /// Starts renewing `lock`'s current hold (replacing the renewal of an

@@ -111,6 +111,28 @@ impl Waiter {
         }
     }
 
+    /// True when the last attempt left it registered on some master, whose
+    /// hand-over or wake-up it can hear.
+    fn registered(&self) -> bool {
+        self.subs.iter().flatten().any(|s| s.registered)
+    }
+
+    /// How long to listen before the next attempt, at most `pause`: briefly
+    /// when it is registered nowhere (nothing would come).
+    pub(super) fn pause_for(&self, pause: Duration) -> Duration {
+        if self.registered() {
+            pause
+        } else {
+            pause.min(RETRY_MAX)
+        }
+    }
+
+    /// What a master's hand-over or wake-up for it sets, while it is
+    /// registered somewhere; the next attempt looks at every master.
+    pub(super) fn ticket(&self) -> Option<&Ticket> {
+        self.registered().then_some(&self.ticket)
+    }
+
     /// Waits up to `pause` for a message from any master where we are
     /// registered (or just pauses, briefly, if there is none). Only the
     /// interrupt hook is an error.
@@ -119,8 +141,8 @@ impl Waiter {
         pause: Duration,
         interrupt: Option<Interrupt<'_>>,
     ) -> Result<()> {
-        if !self.subs.iter().flatten().any(|s| s.registered) {
-            return wait::pause(pause.min(RETRY_MAX), interrupt);
+        if !self.registered() {
+            return wait::pause(self.pause_for(pause), interrupt);
         }
         // Whatever the event, the next attempt looks at every master.
         self.ticket.wait(Some(Instant::now() + pause), interrupt)?;
