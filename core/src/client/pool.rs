@@ -72,6 +72,10 @@ pub(super) struct Idle {
     conns: Vec<(Conn, Instant)>,
     /// Command connections open (idle or checked out), at most [`MAX_OPEN`].
     open: usize,
+    /// Threads waiting in [`Pool::take`] for a connection to come back:
+    /// only then is `freed` signalled (a notify is a `futex` system call
+    /// even when nobody waits, which would be one per round trip).
+    takers: usize,
     /// The wait hub of this client in this process (`wait/hub.rs`), kept
     /// without its type (see `Client::shared_by_waits`).
     pub hub: Option<Arc<dyn std::any::Any + Send + Sync>>,
@@ -122,6 +126,7 @@ impl Pool {
                 pid: current_pid(),
                 conns: Vec::new(),
                 open: 0,
+                takers: 0,
                 hub: None,
                 slots: SlotCache::default(),
                 epoch: 0,
@@ -150,6 +155,7 @@ impl Pool {
             std::mem::forget(idle.hub.take());
             std::mem::forget(std::mem::take(&mut idle.replays));
             idle.open = 0;
+            idle.takers = 0;
             if let Some(view) = idle.sentinel.as_mut() {
                 view.forget_after_fork();
             }
@@ -195,11 +201,13 @@ impl Pool {
                 Some(left) => left,
                 None => Duration::from_secs(1),
             };
+            idle.takers += 1;
             idle = self
                 .freed
                 .wait_timeout(idle, left)
                 .map(|(g, _)| g)
                 .unwrap_or_else(|p| p.into_inner().0);
+            idle.takers = idle.takers.saturating_sub(1);
             if idle.pid != current_pid() {
                 drop(idle);
                 idle = self.state();
@@ -213,6 +221,7 @@ impl Pool {
     pub(super) fn put(&self, conn: Conn, epoch: u64) {
         let open = conn.is_open();
         let mut idle = self.state();
+        let waited_for = idle.takers > 0;
         if open && idle.epoch == epoch {
             idle.conns.push((conn, Instant::now()));
             drop(idle);
@@ -221,7 +230,9 @@ impl Pool {
             drop(idle);
             drop(conn);
         }
-        self.freed.notify_one();
+        if waited_for {
+            self.freed.notify_one();
+        }
     }
 
     /// A connection from [`Pool::take`] (or the leave to open one) was
@@ -229,8 +240,11 @@ impl Pool {
     pub(super) fn discard(&self) {
         let mut idle = self.state();
         idle.open = idle.open.saturating_sub(1);
+        let waited_for = idle.takers > 0;
         drop(idle);
-        self.freed.notify_one();
+        if waited_for {
+            self.freed.notify_one();
+        }
     }
 
     /// Closes connections idle for longer than [`IDLE_TIMEOUT`] (see the
