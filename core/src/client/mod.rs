@@ -1,8 +1,9 @@
 //! Connections: one [`Client`] per deployment, shared by every lock and queue
 //! that names the same URL, with a pool of reusable connections.
 //!
-//! The rooms, from the bottom up: `conn.rs` (one connection of either kind,
-//! and how one is opened), `topology.rs` (Redis Cluster: its client and
+//! The rooms, from the bottom up: `encode.rs` (commands packed once but for
+//! one argument), `conn.rs` (one connection of either kind, and how one is
+//! opened), `topology.rs` (Redis Cluster: its client and
 //! slot map), `sentinel.rs` (finding the Sentinel master, and what a pool
 //! knows of it), `pool.rs` (idle connections and that knowledge, under one
 //! mutex), this file (the [`Client`]: running a command on a pooled
@@ -11,6 +12,7 @@
 //! connections, on the right node).
 
 pub(crate) mod conn;
+pub(crate) mod encode;
 mod failure;
 mod native;
 mod nodes;
