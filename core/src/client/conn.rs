@@ -24,8 +24,10 @@ pub(crate) type Node = (String, u16);
 /// now (set again only when a call's budget needs a shorter one: a
 /// `setsockopt` per round trip would be a system call beyond the wire), and
 /// the buffer its [`Template`] commands are packed into, kept for its life.
+/// The link is boxed: a connection moves in and out of the pool on every
+/// round trip, and the redis crate's connections are several hundred bytes.
 pub(crate) struct Conn {
-    link: Link,
+    link: Box<Link>,
     timeout: Duration,
     out: Vec<u8>,
 }
@@ -50,7 +52,7 @@ impl Conn {
     /// Wraps `link`, whose socket timeouts are `timeout`.
     pub(super) fn new(link: Link, timeout: Duration) -> Self {
         Self {
-            link,
+            link: Box::new(link),
             timeout,
             out: Vec::new(),
         }
@@ -62,7 +64,7 @@ impl Conn {
     pub(crate) fn request(&mut self, t: &Template, hole: &[u8]) -> RedisResult<Value> {
         self.out.clear();
         t.write(&mut self.out, hole);
-        match &mut self.link {
+        match &mut *self.link {
             Link::Plain(w) => w.req_packed_command(&self.out),
             Link::Single(c) => c.req_packed_command(&self.out),
             // Routed by the key it finds in the packed command.
@@ -85,7 +87,7 @@ impl Conn {
     /// `lock/single/release.rs`). On a cluster, the command alone (a PING
     /// would go to any node).
     pub(crate) fn request_behind_ping(&mut self, t: &Template, hole: &[u8]) -> RedisResult<Value> {
-        let con: &mut dyn Packed = match &mut self.link {
+        let con: &mut dyn Packed = match &mut *self.link {
             Link::Plain(w) => w,
             Link::Single(c) => c,
             Link::Cluster(_) => return self.request(t, hole),
@@ -116,7 +118,7 @@ impl Conn {
     /// the redis crate's connections, whose round trips must then run with
     /// signals deferred (see `signals.rs`). Ours reads on (`wire.rs`).
     pub(super) fn defers_signals(&self) -> bool {
-        !matches!(self.link, Link::Plain(_))
+        !matches!(*self.link, Link::Plain(_))
     }
 
     /// Sets the socket read and write timeouts to `timeout` unless they are
@@ -128,7 +130,7 @@ impl Conn {
         if timeout <= self.timeout && self.timeout - timeout < TIMEOUT_SLACK {
             return Ok(());
         }
-        match &mut self.link {
+        match &mut *self.link {
             Link::Plain(w) => w.set_timeout(timeout)?,
             Link::Single(c) => {
                 c.set_read_timeout(Some(timeout))?;
@@ -144,7 +146,7 @@ impl Conn {
     }
 
     fn inner(&mut self) -> &mut dyn ConnectionLike {
-        match &mut self.link {
+        match &mut *self.link {
             Link::Plain(w) => w,
             Link::Single(c) => c,
             Link::Cluster(c) => c.as_mut(),
@@ -152,7 +154,7 @@ impl Conn {
     }
 
     fn inner_ref(&self) -> &dyn ConnectionLike {
-        match &self.link {
+        match &*self.link {
             Link::Plain(w) => w,
             Link::Single(c) => c,
             Link::Cluster(c) => c.as_ref(),

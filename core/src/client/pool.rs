@@ -167,27 +167,40 @@ impl Pool {
     }
 
     /// An idle connection (`Some`), or leave to open one (`None`: the
-    /// caller connects, and calls [`Pool::discard`] if that fails), and the
-    /// epoch to check it in with. With [`MAX_OPEN`] connections open, waits
-    /// for one to come back within `budget`. `context` names the server in
-    /// the error.
-    pub(super) fn take(&self, budget: Budget, context: &str) -> Result<(Option<Conn>, u64)> {
+    /// caller connects, and calls [`Pool::discard`] if that fails), the
+    /// epoch to check it in with, and whether it waited. With [`MAX_OPEN`]
+    /// connections open, waits for one to come back within `budget`.
+    /// `context` names the server in the error.
+    pub(super) fn take(
+        &self,
+        budget: Budget,
+        context: &str,
+    ) -> Result<(Option<Conn>, u64, bool)> {
         let mut idle = self.state();
+        let mut waited = false;
         loop {
-            let now = Instant::now();
+            // (Only connections beyond the `MIN_IDLE` most recent are
+            // trimmed: with no more than these, the clock is not read.)
             let trimmed = match idle.conns.first() {
-                Some((_, since)) if now.duration_since(*since) >= IDLE_TIMEOUT => idle.trim(now),
+                Some((_, since)) if idle.conns.len() > MIN_IDLE => {
+                    let now = Instant::now();
+                    if now.duration_since(*since) >= IDLE_TIMEOUT {
+                        idle.trim(now)
+                    } else {
+                        Vec::new()
+                    }
+                }
                 _ => Vec::new(),
             };
             if let Some((conn, _)) = idle.conns.pop() {
                 let epoch = idle.epoch;
                 drop(idle);
                 drop(trimmed);
-                return Ok((Some(conn), epoch));
+                return Ok((Some(conn), epoch, waited));
             }
             if idle.open < MAX_OPEN {
                 idle.open += 1;
-                return Ok((None, idle.epoch));
+                return Ok((None, idle.epoch, waited));
             }
             let left = match budget.left() {
                 Some(left) if left < Duration::from_millis(1) => {
@@ -202,6 +215,7 @@ impl Pool {
                 None => Duration::from_secs(1),
             };
             idle.takers += 1;
+            waited = true;
             idle = self
                 .freed
                 .wait_timeout(idle, left)
@@ -219,11 +233,17 @@ impl Pool {
     /// `epoch` (it may point at a master that is no longer one): then it is
     /// closed.
     pub(super) fn put(&self, conn: Conn, epoch: u64) {
+        self.put_since(conn, epoch, Instant::now());
+    }
+
+    /// [`Pool::put`], idle since `since` (a moment ago: the caller read
+    /// the clock before its round trip).
+    pub(super) fn put_since(&self, conn: Conn, epoch: u64, since: Instant) {
         let open = conn.is_open();
         let mut idle = self.state();
         let waited_for = idle.takers > 0;
         if open && idle.epoch == epoch {
-            idle.conns.push((conn, Instant::now()));
+            idle.conns.push((conn, since));
             drop(idle);
         } else {
             idle.open = idle.open.saturating_sub(1);

@@ -34,6 +34,9 @@ pub struct Lock {
     keys: Arc<LockKeys>,
     /// Its uncontended acquire and release, packed once.
     packets: packets::Packets,
+    /// The hash of its key in the table of names whose fencing tokens this
+    /// process reads ([`fence::is_read`]), computed once.
+    fence_hash: u64,
     name: Vec<u8>,
     label: String,
     opts: LockOptions,
@@ -119,6 +122,7 @@ impl Lock {
             packets::Packets::new(&keys, validate::millis(opts.ttl), opts.legacy_turns());
         Ok(Self {
             client: client.clone(),
+            fence_hash: fence::key_hash(&keys.lock),
             keys: Arc::new(keys),
             packets,
             label: label("lock", name),

@@ -180,7 +180,8 @@ impl Lock {
         if self.opts.min_replicas > 0 {
             self.confirm_replicas(&token, budget)?;
         }
-        crate::ops::acquired(&self.me, trail.started.elapsed());
+        let now = Instant::now();
+        crate::ops::acquired(&self.me, now.saturating_duration_since(trail.started));
         // A hold that is not renewed gets its extender at its first extend.
         let (extender, lease) = if self.opts.auto_renew {
             let extender = Arc::new(Extender::new(self.keys.clone(), token.clone()));
@@ -204,7 +205,7 @@ impl Lock {
             pid: crate::fork::current_pid(),
             depth: 1,
             lease,
-            since: Instant::now(),
+            since: now,
             extender,
             waited,
             valid_until: sent + self.opts.ttl,
@@ -369,7 +370,7 @@ impl Lock {
         // Both commands are packed once per lock (`packets.rs`).
         if !self.opts.fair && self.opts.min_replicas == 0 && !legacy::is_open(&self.keys.lock) {
             let token = token.as_bytes();
-            if fence::is_read(&self.keys.lock) {
+            if fence::is_read(self.fence_hash) {
                 let acquire = &self.packets.acquire;
                 let tried = trail.run(&self.client, budget, &self.label, |c| {
                     let reply = acquire.query(c, token, false)?;
