@@ -129,7 +129,17 @@ mod tests {
 
     #[test]
     fn decimals_match_the_crate_at_every_width() {
-        for n in [0usize, 9, 10, 99, 100, 9_999, 10_000, 123_456_789, usize::MAX] {
+        for n in [
+            0usize,
+            9,
+            10,
+            99,
+            100,
+            9_999,
+            10_000,
+            123_456_789,
+            usize::MAX,
+        ] {
             let mut out = Vec::new();
             push_decimal(&mut out, n);
             assert_eq!(out, n.to_string().into_bytes());

@@ -171,11 +171,7 @@ impl Pool {
     /// epoch to check it in with, and whether it waited. With [`MAX_OPEN`]
     /// connections open, waits for one to come back within `budget`.
     /// `context` names the server in the error.
-    pub(super) fn take(
-        &self,
-        budget: Budget,
-        context: &str,
-    ) -> Result<(Option<Conn>, u64, bool)> {
+    pub(super) fn take(&self, budget: Budget, context: &str) -> Result<(Option<Conn>, u64, bool)> {
         let mut idle = self.state();
         let mut waited = false;
         loop {

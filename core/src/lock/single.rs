@@ -118,8 +118,7 @@ impl Lock {
         validate::lifetime(opts.ttl, "ttl")?;
         validate::interval(opts.recheck, "recheck interval")?;
         let keys = LockKeys::new(&opts.prefix, name);
-        let packets =
-            packets::Packets::new(&keys, validate::millis(opts.ttl), opts.legacy_turns());
+        let packets = packets::Packets::new(&keys, validate::millis(opts.ttl), opts.legacy_turns());
         Ok(Self {
             client: client.clone(),
             fence_hash: fence::key_hash(&keys.lock),

@@ -48,7 +48,9 @@ impl Packets {
                     t.every_ms.to_string().as_bytes(),
                 ],
             ),
-            None => LOCK_RELEASE.prepare(&[&k.lock, &k.fence, &k.waiters, &k.leases], &[&k.channel]),
+            None => {
+                LOCK_RELEASE.prepare(&[&k.lock, &k.fence, &k.waiters, &k.leases], &[&k.channel])
+            }
         };
         Self {
             set_nx: Template::new(&[b"SET", &k.lock], &[b"NX", b"PX", ttl.as_bytes()]),
@@ -86,7 +88,11 @@ mod tests {
                 let mut set = Vec::new();
                 p.set_nx.write(&mut set, token.as_bytes());
                 let mut cmd = redis::cmd("SET");
-                cmd.arg(&k.lock).arg(token).arg("NX").arg("PX").arg(30_000u64);
+                cmd.arg(&k.lock)
+                    .arg(token)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(30_000u64);
                 assert_eq!(set, cmd.get_packed_command());
             }
         }
