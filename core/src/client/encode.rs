@@ -90,11 +90,14 @@ mod tests {
         cmd.get_packed_command()
     }
 
+    /// Arguments before the hole, the hole, arguments after it.
+    type Case<'a> = (&'a [&'a [u8]], &'a [u8], &'a [&'a [u8]]);
+
     #[test]
     fn packs_what_the_redis_crate_packs() {
         let long = vec![b'x'; 12_345];
         let sha = b"0123456789abcdef0123456789abcdef01234567";
-        let cases: &[(&[&[u8]], &[u8], &[&[u8]])] = &[
+        let cases: &[Case<'_>] = &[
             (
                 &[b"SET", b"Lock:orders"],
                 b"0f8e2a4b6c7d1e3f5a9b8c7d6e5f4a3b",
