@@ -51,10 +51,11 @@ pub const DEFAULT_QUEUE_PREFIX: &str = "Queue:";
 /// beyond the wire. The generator is seeded again in a forked child (the
 /// cached pid differs): a child never draws the tokens its parent will.
 pub fn new_token() -> String {
-    uuid::Builder::from_random_bytes(random_bytes())
-        .into_uuid()
-        .simple()
-        .to_string()
+    let mut hex = [0u8; uuid::fmt::Simple::LENGTH];
+    let uuid = uuid::Builder::from_random_bytes(random_bytes()).into_uuid();
+    // Hex digits into a buffer, then one allocation of the exact size
+    // (`to_string` went through the formatting machinery).
+    String::from(&*uuid.simple().encode_lower(&mut hex))
 }
 
 /// 16 bytes from this thread's generator (see [`new_token`]).

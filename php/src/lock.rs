@@ -20,6 +20,23 @@ const MIN_EXPIRE: i64 = 5;
 /// Longest accepted `$waitIntervalUs` (one hour).
 const MAX_WAIT_INTERVAL_US: i64 = 3_600_000_000;
 
+/// Released lock objects a `RedisLock` keeps for its next `lock()` of the
+/// same name (see [`Spare`]).
+const MAX_SPARES: usize = 8;
+
+/// A lock object this `RedisLock` released, kept to take the same name
+/// again: making one (its keys, its packed commands, its labels) cost more
+/// than the acquire and release it serves. Reused only for the same
+/// `$expire` and `$waitIntervalUs`, and only when this object does not hold
+/// the name (a second `lock()` of a held name takes a new object, and waits
+/// or fails as the legacy class did).
+struct Spare {
+    name: Vec<u8>,
+    ttl: Duration,
+    recheck: Duration,
+    lock: Box<dyn DistributedLock>,
+}
+
 thread_local! {
     /// `RedisLock::instance()` of the current request, released at request end.
     static INSTANCE: RefCell<Option<Zval>> = const { RefCell::new(None) };
@@ -42,8 +59,11 @@ pub struct RedisLock {
     auto_renew: bool,
     min_replicas: u32,
     prefix: Vec<u8>,
-    /// Locks this object holds (or held: a lost hold stays until unlock).
-    held: HashMap<Vec<u8>, Box<dyn DistributedLock>>,
+    /// Locks this object holds (or held: a lost hold stays until unlock),
+    /// with the `$expire` and `$waitIntervalUs` they were taken with.
+    held: HashMap<Vec<u8>, (Box<dyn DistributedLock>, Duration, Duration)>,
+    /// Lock objects released lately, newest last (see [`Spare`]).
+    spares: Vec<Spare>,
 }
 
 impl RedisLock {
@@ -59,7 +79,46 @@ impl RedisLock {
                 .prefix
                 .unwrap_or_else(|| ferrolock::DEFAULT_LOCK_PREFIX.as_bytes().to_vec()),
             held: HashMap::new(),
+            spares: Vec::new(),
         })
+    }
+
+    /// A lock object for `name`: a spare one if this object released one
+    /// taken with the same settings, else a new one.
+    fn take_lock(
+        &mut self,
+        name: &[u8],
+        ttl: Duration,
+        recheck: Duration,
+    ) -> ferrolock::Result<Box<dyn DistributedLock>> {
+        if !self.held.contains_key(name)
+            && let Some(i) = self
+                .spares
+                .iter()
+                .rposition(|s| s.name == name && s.ttl == ttl && s.recheck == recheck)
+        {
+            return Ok(self.spares.remove(i).lock);
+        }
+        self.new_lock(name, ttl, recheck)
+    }
+
+    /// Keeps `lock`, released, for a later `lock()` of `name`.
+    fn keep_spare(
+        &mut self,
+        name: Vec<u8>,
+        lock: Box<dyn DistributedLock>,
+        ttl: Duration,
+        recheck: Duration,
+    ) {
+        if self.spares.len() >= MAX_SPARES {
+            self.spares.remove(0);
+        }
+        self.spares.push(Spare {
+            name,
+            ttl,
+            recheck,
+            lock,
+        });
     }
 
     fn new_lock(
@@ -166,7 +225,7 @@ impl RedisLock {
             };
             let recheck =
                 Duration::from_micros(waitIntervalUs.clamp(1000, MAX_WAIT_INTERVAL_US) as u64);
-            let Some(lock) = settle(self.new_lock(&name, ttl, recheck))? else {
+            let Some(lock) = settle(self.take_lock(&name, ttl, recheck))? else {
                 return Ok(false);
             };
             // Each lock() takes a new hold object, so the caller identity
@@ -178,7 +237,9 @@ impl RedisLock {
                 .map_err(exception)?;
             if acquired {
                 // A hold of the same name that expired meanwhile is forgotten.
-                self.held.insert(name, lock);
+                self.held.insert(name, (lock, ttl, recheck));
+            } else if !self.held.contains_key(&name) {
+                self.keep_spare(name, lock, ttl, recheck);
             }
             Ok(acquired)
         })
@@ -215,7 +276,7 @@ impl RedisLock {
             if !given(&name) {
                 return Ok(false);
             }
-            let Some(lock) = self.held.get(&name) else {
+            let Some((lock, _, _)) = self.held.get(&name) else {
                 return Ok(false);
             };
             let Some(ttl) = settle(validate::seconds(expire.max(1) as f64, "expire", true))? else {
@@ -238,7 +299,7 @@ impl RedisLock {
                 return Ok(false);
             }
             match self.held.get(&name) {
-                Some(lock) => lock.owned().map_err(exception),
+                Some((lock, _, _)) => lock.owned().map_err(exception),
                 None => Ok(false),
             }
         })
@@ -257,7 +318,7 @@ impl RedisLock {
         guard(|| {
             read_args!("RedisLock::fencingToken", name);
             let mut out = Zval::new();
-            let hold = self.held.get(&name).filter(|l| !l.lost());
+            let hold = self.held.get(&name).map(|h| &h.0).filter(|l| !l.lost());
             let fence = match hold.map(|l| l.fencing_token()) {
                 Some(Ok(fence)) => fence,
                 Some(Err(e)) if e.kind() == ErrorKind::Lost => None,
@@ -288,19 +349,19 @@ fn given(name: &[u8]) -> bool {
 
 impl RedisLock {
     fn unlock_name(&mut self, name: &[u8]) -> PhpResult<bool> {
-        let Some(lock) = self.held.get(name) else {
+        let Some((name, (lock, ttl, recheck))) = self.held.remove_entry(name) else {
             return Ok(false);
         };
-        match lock.release() {
-            Ok(()) => {
-                self.held.remove(name);
-                Ok(true)
+        let released = match lock.release() {
+            Ok(()) => true,
+            Err(e) if e.is_not_owned() => false,
+            Err(e) => {
+                // Still held as far as we know: a later unlock() tries again.
+                self.held.insert(name, (lock, ttl, recheck));
+                return Err(exception(e));
             }
-            Err(e) if e.is_not_owned() => {
-                self.held.remove(name);
-                Ok(false)
-            }
-            Err(e) => Err(exception(e)),
-        }
+        };
+        self.keep_spare(name, lock, ttl, recheck);
+        Ok(released)
     }
 }

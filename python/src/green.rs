@@ -59,10 +59,13 @@ pub fn set_hook(py: Python<'_>, hook: Bound<'_, PyAny>) -> PyResult<()> {
 /// same-thread re-acquire check compares (compute it in the caller, before a
 /// wait moves to another thread).
 pub fn caller_id(py: Python<'_>) -> PyResult<u64> {
-    thread_module(py)?
-        .getattr(pyo3::intern!(py, "get_ident"))?
-        .call0()?
-        .extract()
+    let get_ident = thread_module(py)?.getattr(pyo3::intern!(py, "get_ident"))?;
+    if get_ident.is_instance_of::<PyCFunction>() {
+        // Not patched: the builtin answers `pthread_self()`, as this does
+        // without a call through the interpreter.
+        return Ok(ferrolock::caller_thread_id());
+    }
+    get_ident.call0()?.extract()
 }
 
 /// The caller's identity for a same-thread check (see [`caller_id`]).

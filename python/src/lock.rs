@@ -122,13 +122,20 @@ impl PyLockBase {
         #[pyo3(from_py_with = arg::timeout)] timeout: Option<f64>,
     ) -> PyResult<bool> {
         let wait = wait_for(blocking, timeout, self.timeout)?;
-        self.acquire_wait(py, None, wait, caller(py)?)
+        let caller = caller(py)?;
+        if wait == Wait::Try {
+            // One attempt, one round trip (a lost reply is retried within
+            // one command timeout, as a release is): it waits for nothing,
+            // so it needs neither the interrupt hook nor, under gevent, a
+            // thread of its own.
+            return quick(py, || self.inner.acquire_as(Wait::Try, None, caller));
+        }
+        self.acquire_wait(py, None, wait, caller)
     }
 
     /// Release the lock.
     fn release(&self, py: Python<'_>) -> PyResult<()> {
-        let inner = self.inner.clone();
-        quick(py, move || inner.release())
+        quick(py, || self.inner.release())
     }
 
     /// Set the remaining TTL.

@@ -1,8 +1,9 @@
 //! Connections: one [`Client`] per deployment, shared by every lock and queue
 //! that names the same URL, with a pool of reusable connections.
 //!
-//! The rooms, from the bottom up: `conn.rs` (one connection of either kind,
-//! and how one is opened), `topology.rs` (Redis Cluster: its client and
+//! The rooms, from the bottom up: `encode.rs` (commands packed once but for
+//! one argument), `conn.rs` (one connection of either kind, and how one is
+//! opened), `topology.rs` (Redis Cluster: its client and
 //! slot map), `sentinel.rs` (finding the Sentinel master, and what a pool
 //! knows of it), `pool.rs` (idle connections and that knowledge, under one
 //! mutex), this file (the [`Client`]: running a command on a pooled
@@ -11,6 +12,7 @@
 //! connections, on the right node).
 
 pub(crate) mod conn;
+pub(crate) mod encode;
 mod failure;
 mod native;
 mod nodes;
@@ -306,13 +308,24 @@ impl Client {
         maybe_ran: &Cell<bool>,
         mut op: impl FnMut(&mut Conn) -> RedisResult<T>,
     ) -> Result<T> {
-        if budget.is_spent() {
+        // The clock is read once here: for the budget, the socket timeouts
+        // (unless checking out took a while) and the connection's idle mark.
+        let now = Instant::now();
+        let left = budget.end().map(|end| end.saturating_duration_since(now));
+        if left.is_some_and(|left| left < Duration::from_millis(1)) {
             return Err(self.spent(context));
         }
-        let (mut conn, reused, epoch) = self.checkout(budget).map_err(|e| e.context(context))?;
-        match self.round_trip(&mut conn, budget, &mut op) {
+        let out = self.checkout(budget).map_err(|e| e.context(context))?;
+        let (mut conn, reused, epoch) = (out.conn, out.reused, out.epoch);
+        let limit = self.inner.config.command_timeout;
+        let timeout = match left {
+            _ if !out.prompt => budget.cap(limit),
+            Some(left) => limit.min(left),
+            None => limit,
+        };
+        match self.round_trip(&mut conn, timeout, &mut op) {
             Ok(v) => {
-                self.inner.pool.put(conn, epoch);
+                self.inner.pool.put_since(conn, epoch, now);
                 crate::settle::server_answered(self.pool_id());
                 Ok(v)
             }
@@ -335,7 +348,8 @@ impl Client {
                         return Err(e.context(context));
                     }
                 };
-                match self.round_trip(&mut fresh, budget, &mut op) {
+                let timeout = budget.cap(self.inner.config.command_timeout);
+                match self.round_trip(&mut fresh, timeout, &mut op) {
                     Ok(v) => {
                         self.inner.pool.put(fresh, epoch);
                         crate::settle::server_answered(self.pool_id());
@@ -348,14 +362,15 @@ impl Client {
         }
     }
 
-    /// One use of `conn` by `op`, its socket timeouts fitted to `budget`.
+    /// One use of `conn` by `op`, its socket timeouts fitted to `timeout`
+    /// (the budget's cap of the command timeout).
     fn round_trip<T>(
         &self,
         conn: &mut Conn,
-        budget: Budget,
+        timeout: Duration,
         op: &mut impl FnMut(&mut Conn) -> RedisResult<T>,
     ) -> RedisResult<T> {
-        conn.fit_timeout(budget.cap(self.inner.config.command_timeout))?;
+        conn.fit_timeout(timeout)?;
         if conn.defers_signals() {
             deferring_signals(|| op(conn))
         } else {
@@ -363,17 +378,27 @@ impl Client {
         }
     }
 
-    /// A connection, whether it was pooled, and the pool's epoch when it
-    /// was taken (for [`Pool::put`]). Waits within `budget` while the pool
-    /// has all the connections it may open in use (see `pool.rs`).
-    fn checkout(&self, budget: Budget) -> Result<(Conn, bool, u64)> {
-        if matches!(self.inner.backend, Backend::Sentinel) {
+    /// A connection (see [`Checkout`]). Waits within `budget` while the
+    /// pool has all the connections it may open in use (see `pool.rs`).
+    fn checkout(&self, budget: Budget) -> Result<Checkout> {
+        let sentinel = matches!(self.inner.backend, Backend::Sentinel);
+        if sentinel {
             self.master_client()?; // re-asks the sentinels once their answer is old
         }
         match self.inner.pool.take(budget, self.redacted_url())? {
-            (Some(conn), epoch) => Ok((conn, true, epoch)),
-            (None, epoch) => match self.connect(budget) {
-                Ok(conn) => Ok((conn, false, epoch)),
+            (Some(conn), epoch, waited) => Ok(Checkout {
+                conn,
+                reused: true,
+                epoch,
+                prompt: !waited && !sentinel,
+            }),
+            (None, epoch, _) => match self.connect(budget) {
+                Ok(conn) => Ok(Checkout {
+                    conn,
+                    reused: false,
+                    epoch,
+                    prompt: false,
+                }),
                 Err(e) => {
                     self.inner.pool.discard();
                     Err(e)
@@ -502,6 +527,18 @@ impl Client {
         }
         client
     }
+}
+
+/// A connection from [`Client::checkout`].
+struct Checkout {
+    conn: Conn,
+    /// It was pooled (else: just opened).
+    reused: bool,
+    /// The pool's epoch when it was taken (for [`Pool::put`]).
+    epoch: u64,
+    /// Taken from the pool at once: no wait, no connect, no Sentinel
+    /// lookup, so the time left read just before still holds.
+    prompt: bool,
 }
 
 /// Runs one round trip on a connection of the redis crate (TLS, RESP3, a

@@ -72,6 +72,10 @@ pub(super) struct Idle {
     conns: Vec<(Conn, Instant)>,
     /// Command connections open (idle or checked out), at most [`MAX_OPEN`].
     open: usize,
+    /// Threads waiting in [`Pool::take`] for a connection to come back:
+    /// only then is `freed` signalled (a notify is a `futex` system call
+    /// even when nobody waits, which would be one per round trip).
+    takers: usize,
     /// The wait hub of this client in this process (`wait/hub.rs`), kept
     /// without its type (see `Client::shared_by_waits`).
     pub hub: Option<Arc<dyn std::any::Any + Send + Sync>>,
@@ -122,6 +126,7 @@ impl Pool {
                 pid: current_pid(),
                 conns: Vec::new(),
                 open: 0,
+                takers: 0,
                 hub: None,
                 slots: SlotCache::default(),
                 epoch: 0,
@@ -150,6 +155,7 @@ impl Pool {
             std::mem::forget(idle.hub.take());
             std::mem::forget(std::mem::take(&mut idle.replays));
             idle.open = 0;
+            idle.takers = 0;
             if let Some(view) = idle.sentinel.as_mut() {
                 view.forget_after_fork();
             }
@@ -161,27 +167,36 @@ impl Pool {
     }
 
     /// An idle connection (`Some`), or leave to open one (`None`: the
-    /// caller connects, and calls [`Pool::discard`] if that fails), and the
-    /// epoch to check it in with. With [`MAX_OPEN`] connections open, waits
-    /// for one to come back within `budget`. `context` names the server in
-    /// the error.
-    pub(super) fn take(&self, budget: Budget, context: &str) -> Result<(Option<Conn>, u64)> {
+    /// caller connects, and calls [`Pool::discard`] if that fails), the
+    /// epoch to check it in with, and whether it waited. With [`MAX_OPEN`]
+    /// connections open, waits for one to come back within `budget`.
+    /// `context` names the server in the error.
+    pub(super) fn take(&self, budget: Budget, context: &str) -> Result<(Option<Conn>, u64, bool)> {
         let mut idle = self.state();
+        let mut waited = false;
         loop {
-            let now = Instant::now();
+            // (Only connections beyond the `MIN_IDLE` most recent are
+            // trimmed: with no more than these, the clock is not read.)
             let trimmed = match idle.conns.first() {
-                Some((_, since)) if now.duration_since(*since) >= IDLE_TIMEOUT => idle.trim(now),
+                Some((_, since)) if idle.conns.len() > MIN_IDLE => {
+                    let now = Instant::now();
+                    if now.duration_since(*since) >= IDLE_TIMEOUT {
+                        idle.trim(now)
+                    } else {
+                        Vec::new()
+                    }
+                }
                 _ => Vec::new(),
             };
             if let Some((conn, _)) = idle.conns.pop() {
                 let epoch = idle.epoch;
                 drop(idle);
                 drop(trimmed);
-                return Ok((Some(conn), epoch));
+                return Ok((Some(conn), epoch, waited));
             }
             if idle.open < MAX_OPEN {
                 idle.open += 1;
-                return Ok((None, idle.epoch));
+                return Ok((None, idle.epoch, waited));
             }
             let left = match budget.left() {
                 Some(left) if left < Duration::from_millis(1) => {
@@ -195,11 +210,14 @@ impl Pool {
                 Some(left) => left,
                 None => Duration::from_secs(1),
             };
+            idle.takers += 1;
+            waited = true;
             idle = self
                 .freed
                 .wait_timeout(idle, left)
                 .map(|(g, _)| g)
                 .unwrap_or_else(|p| p.into_inner().0);
+            idle.takers = idle.takers.saturating_sub(1);
             if idle.pid != current_pid() {
                 drop(idle);
                 idle = self.state();
@@ -211,17 +229,26 @@ impl Pool {
     /// `epoch` (it may point at a master that is no longer one): then it is
     /// closed.
     pub(super) fn put(&self, conn: Conn, epoch: u64) {
+        self.put_since(conn, epoch, Instant::now());
+    }
+
+    /// [`Pool::put`], idle since `since` (a moment ago: the caller read
+    /// the clock before its round trip).
+    pub(super) fn put_since(&self, conn: Conn, epoch: u64, since: Instant) {
         let open = conn.is_open();
         let mut idle = self.state();
+        let waited_for = idle.takers > 0;
         if open && idle.epoch == epoch {
-            idle.conns.push((conn, Instant::now()));
+            idle.conns.push((conn, since));
             drop(idle);
         } else {
             idle.open = idle.open.saturating_sub(1);
             drop(idle);
             drop(conn);
         }
-        self.freed.notify_one();
+        if waited_for {
+            self.freed.notify_one();
+        }
     }
 
     /// A connection from [`Pool::take`] (or the leave to open one) was
@@ -229,8 +256,11 @@ impl Pool {
     pub(super) fn discard(&self) {
         let mut idle = self.state();
         idle.open = idle.open.saturating_sub(1);
+        let waited_for = idle.takers > 0;
         drop(idle);
-        self.freed.notify_one();
+        if waited_for {
+            self.freed.notify_one();
+        }
     }
 
     /// Closes connections idle for longer than [`IDLE_TIMEOUT`] (see the

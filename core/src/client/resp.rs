@@ -44,8 +44,18 @@ enum Scan {
 impl Replies {
     /// Reads one reply from `src` (more bytes read as needed).
     pub(crate) fn read_value(&mut self, src: &mut impl Read) -> RedisResult<Value> {
+        if self.start == self.end {
+            self.fill(src)?;
+        }
         loop {
             let pending = &self.buf[self.start..self.end];
+            if let Some((value, n)) = one_line(pending) {
+                self.start += n;
+                if self.start == self.end {
+                    (self.start, self.end) = (0, 0);
+                }
+                return Ok(value);
+            }
             match scan(pending, 0) {
                 Scan::Whole(n) => {
                     let value = build(&pending[..n]);
@@ -94,6 +104,25 @@ impl Replies {
                 Ok(())
             }
         }
+    }
+}
+
+/// A whole reply at the start of `b` that is one line and needs no
+/// allocation (`+OK`, an integer, a nil bulk string: what a lock's acquire
+/// and release get back), and its length; `None` for any other (read by
+/// [`scan`] and [`build`]), or one not all there yet.
+fn one_line(b: &[u8]) -> Option<(Value, usize)> {
+    match *b.first()? {
+        b'+' if b.starts_with(b"+OK\r\n") => Some((Value::Okay, 5)),
+        b'$' if b.starts_with(b"$-1\r\n") => Some((Value::Nil, 5)),
+        b':' => {
+            let eol = b.iter().position(|&c| c == b'\r')?;
+            if b.get(eol + 1) != Some(&b'\n') {
+                return None;
+            }
+            Some((Value::Int(int(&b[1..eol])?), eol + 2))
+        }
+        _ => None,
     }
 }
 

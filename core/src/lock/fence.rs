@@ -45,23 +45,27 @@ pub(crate) fn draw(
 const SLOTS: usize = 1024;
 static TABLE: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
 
-/// A nonzero hash of `key` (0 marks an empty slot) and its slot.
-fn slot(key: &[u8]) -> (u64, &'static AtomicU64) {
+/// A nonzero hash of `key` (0 marks an empty slot): what [`is_read`] is
+/// asked with (a lock computes it once).
+pub(crate) fn key_hash(key: &[u8]) -> u64 {
     let mut h = DefaultHasher::new();
     key.hash(&mut h);
-    let hash = h.finish() | 1;
-    (hash, &TABLE[(hash >> 1) as usize % SLOTS])
+    h.finish() | 1
+}
+
+/// The slot of `hash`.
+fn slot(hash: u64) -> &'static AtomicU64 {
+    &TABLE[(hash >> 1) as usize % SLOTS]
 }
 
 /// Remembers that this process reads `key`'s fencing tokens.
 pub(crate) fn note(key: &[u8]) {
-    let (hash, slot) = slot(key);
-    slot.store(hash, Ordering::Relaxed);
+    let hash = key_hash(key);
+    slot(hash).store(hash, Ordering::Relaxed);
 }
 
-/// True when this process has read `key`'s fencing token (probably: a
-/// hash match).
-pub(crate) fn is_read(key: &[u8]) -> bool {
-    let (hash, slot) = slot(key);
-    slot.load(Ordering::Relaxed) == hash
+/// True when this process has read the fencing token of the key whose
+/// [`key_hash`] is `hash` (probably: a hash match).
+pub(crate) fn is_read(hash: u64) -> bool {
+    slot(hash).load(Ordering::Relaxed) == hash
 }

@@ -88,8 +88,13 @@ pub(crate) fn opened(key: &[u8], turns: Turns) {
 /// True while a turn this process opened on `key` lasts (probably: a hash
 /// match).
 pub(crate) fn is_open(key: &[u8]) -> bool {
+    // No turn opened yet (the common case): not even the clock is read.
+    let latest = LATEST.load(Ordering::Relaxed);
+    if latest == 0 {
+        return false;
+    }
     let now = now_ms();
-    if LATEST.load(Ordering::Relaxed) <= now {
+    if latest <= now {
         return false;
     }
     let (hash, i) = slot(key);

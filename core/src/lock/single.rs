@@ -6,6 +6,7 @@
 //! `single/replicas.rs` `min_replicas`.
 
 mod acquire;
+mod packets;
 mod release;
 mod replicas;
 
@@ -29,13 +30,20 @@ use super::{FIRST_RETRY_PAUSE, MAX_RETRY_PAUSE, time_left};
 /// A distributed lock on one name.
 pub struct Lock {
     client: Client,
-    keys: LockKeys,
+    /// Shared with the extends of its holds (see [`Extender`]).
+    keys: Arc<LockKeys>,
+    /// Its uncontended acquire and release, packed once.
+    packets: packets::Packets,
+    /// The hash of its key in the table of names whose fencing tokens this
+    /// process reads ([`fence::is_read`]), computed once.
+    fence_hash: u64,
     name: Vec<u8>,
     label: String,
     opts: LockOptions,
     state: Mutex<State>,
-    /// This object, as events and lost-lock hooks name it (`ops`).
-    me: LockRef,
+    /// This object, as events and lost-lock hooks name it (`ops`); shared
+    /// with the watchdog's renewals of its holds.
+    me: Arc<LockRef>,
 }
 
 impl std::fmt::Debug for Lock {
@@ -59,8 +67,9 @@ struct Held {
     lease: Option<Arc<Lease>>,
     /// When it was taken (the hold time metric).
     since: Instant,
-    /// Its extends (shared with the watchdog's renewals).
-    extender: Arc<Extender>,
+    /// Its extends (shared with the watchdog's renewals): made with the
+    /// lease, or by the first explicit extend of a hold not renewed.
+    extender: Option<Arc<Extender>>,
     /// Taken after waiting: others probably wait too, and the release will
     /// likely hand the lock over (see [`Lock::release_token`]).
     waited: bool,
@@ -108,14 +117,18 @@ impl Lock {
         validate::name(name, "lock name")?;
         validate::lifetime(opts.ttl, "ttl")?;
         validate::interval(opts.recheck, "recheck interval")?;
+        let keys = LockKeys::new(&opts.prefix, name);
+        let packets = packets::Packets::new(&keys, validate::millis(opts.ttl), opts.legacy_turns());
         Ok(Self {
             client: client.clone(),
-            keys: LockKeys::new(&opts.prefix, name),
+            fence_hash: fence::key_hash(&keys.lock),
+            keys: Arc::new(keys),
+            packets,
             label: label("lock", name),
             name: name.to_vec(),
             opts,
             state: Mutex::new(State::default()),
-            me: LockRef::new("lock", name),
+            me: Arc::new(LockRef::new("lock", name)),
         })
     }
 
@@ -171,7 +184,7 @@ impl Lock {
             depth: 1,
             lease,
             since: Instant::now(),
-            extender,
+            extender: Some(extender),
             waited: false,
             valid_until: sent + left,
             ttl: lock.opts.ttl,
@@ -209,7 +222,12 @@ impl Lock {
         let (token, extender) = {
             let mut st = self.state.lock_unpoisoned();
             match st.held_here() {
-                Some(h) => (h.token.clone(), h.extender.clone()),
+                Some(h) => {
+                    let extender = h.extender.get_or_insert_with(|| {
+                        Arc::new(Extender::new(self.keys.clone(), h.token.clone()))
+                    });
+                    (h.token.clone(), extender.clone())
+                }
                 None => return Err(self.not_held(&st)),
             }
         };
@@ -455,7 +473,7 @@ const _: () = {
 /// What the watchdog renews for a held lock: its token-checked extend.
 struct RenewHold {
     extender: Arc<Extender>,
-    me: LockRef,
+    me: Arc<LockRef>,
 }
 
 impl Renew for RenewHold {

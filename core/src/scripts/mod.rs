@@ -13,12 +13,12 @@ use redis::{Cmd, ConnectionLike, FromRedisValue, RedisResult, ToRedisArgs};
 
 use crate::client::Client;
 use crate::client::conn::{Conn, Link, Packed};
+use crate::client::encode::Template;
 use crate::error::Result;
 
 /// One Lua script, hashed once.
 pub(crate) struct LuaScript {
     script: redis::Script,
-    code: &'static str,
 }
 
 macro_rules! lua {
@@ -27,7 +27,6 @@ macro_rules! lua {
             let code = include_str!(concat!(env!("OUT_DIR"), "/scripts/", $file));
             LuaScript {
                 script: redis::Script::new(code),
-                code,
             }
         })
     };
@@ -72,6 +71,69 @@ impl LuaScript {
             cmd,
         }
     }
+
+    /// An invocation with `keys` whose first argument (ARGV[1], the owner
+    /// token) is left open and the others are `rest`: packed once, sent
+    /// many times (see [`Prepared`]).
+    pub(crate) fn prepare(&'static self, keys: &[&[u8]], rest: &[&[u8]]) -> Prepared {
+        let count = keys.len().to_string();
+        let mut before: Vec<&[u8]> = Vec::with_capacity(keys.len() + 3);
+        before.extend([
+            &b"EVALSHA"[..],
+            self.script.get_hash().as_bytes(),
+            count.as_bytes(),
+        ]);
+        before.extend_from_slice(keys);
+        Prepared {
+            script: self,
+            template: Template::new(&before, rest),
+        }
+    }
+}
+
+/// A script invocation packed once, but for its first argument (the owner
+/// token): the hot calls of a lock (its uncontended release, the short
+/// acquire), which then cost a copy of their bytes into the connection's
+/// buffer (see `client/encode.rs`).
+pub(crate) struct Prepared {
+    script: &'static LuaScript,
+    template: Template,
+}
+
+impl Prepared {
+    /// Runs it with `token` as ARGV[1] on `conn` (behind a `PING` when
+    /// `behind_ping`: see [`Conn::request_behind_ping`]), loading the script
+    /// if the server does not know it. The reply, a server error as `Err`.
+    pub(crate) fn query(
+        &self,
+        conn: &mut Conn,
+        token: &[u8],
+        behind_ping: bool,
+    ) -> RedisResult<redis::Value> {
+        let run = |conn: &mut Conn| {
+            if behind_ping {
+                conn.request_behind_ping(&self.template, token)
+            } else {
+                conn.request(&self.template, token)
+            }
+            .and_then(redis::Value::extract_error)
+        };
+        match run(conn) {
+            Err(e) if is_noscript(&e) => {
+                self.script.script.load(conn)?;
+                run(conn)
+            }
+            other => other,
+        }
+    }
+
+    /// The bytes sent for `token`.
+    #[cfg(test)]
+    pub(crate) fn packed(&self, token: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.template.write(&mut out, token);
+        out
+    }
 }
 
 /// One prepared script invocation, or a native command that stands in for
@@ -93,6 +155,12 @@ impl Call {
     /// True for a script invocation, false for a native command.
     pub(crate) fn is_script(&self) -> bool {
         self.script.is_some()
+    }
+
+    /// The bytes sent.
+    #[cfg(test)]
+    pub(crate) fn packed(&self) -> Vec<u8> {
+        self.cmd.get_packed_command()
     }
 
     /// Appends an argument (ARGV).
@@ -117,48 +185,6 @@ impl Call {
             (other, _) => other,
         }
     }
-
-    /// Runs the call behind a PING sent in the same write, so that the
-    /// clients this script publishes to get their messages before we get our
-    /// reply.
-    ///
-    /// Redis writes the replies of one event-loop pass at its end, most
-    /// recently queued client first. A script that PUBLISHes queues the
-    /// subscriber, then its own reply queues us in front of it: the caller
-    /// would be woken (and take a CPU) before the waiter the script just
-    /// handed a lock to. The PING's reply queues us before the script runs,
-    /// so the waiter is written first. On a 2-core machine this took about
-    /// 25 µs off each hand-over (see `release_token` in `lock/single.rs`). For a single
-    /// connection only: a cluster routes a PING to any node.
-    pub(crate) fn query_behind_ping<T: FromRedisValue>(
-        &self,
-        con: &mut dyn Packed,
-    ) -> RedisResult<T> {
-        let ping = redis::cmd("PING");
-        let run = |con: &mut dyn Packed| -> RedisResult<T> {
-            let mut replies = pipelined(con, [&ping, &self.cmd])?;
-            let reply = replies.pop().unwrap_or(redis::Value::Nil);
-            Ok(redis::from_redis_value(reply)?)
-        };
-        match (run(con), self.script) {
-            (Err(e), Some(lua)) if is_noscript(&e) => {
-                load(con, lua)?;
-                run(con)
-            }
-            (other, _) => other,
-        }
-    }
-}
-
-/// `SCRIPT LOAD` of `script` on `con`.
-fn load(con: &mut dyn Packed, script: &LuaScript) -> RedisResult<()> {
-    let mut packed = Vec::new();
-    redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(script.code)
-        .write_packed_command(&mut packed);
-    con.send_packed(&packed)?;
-    con.recv()?.extract_error().map(drop)
 }
 
 fn is_noscript(e: &redis::RedisError) -> bool {

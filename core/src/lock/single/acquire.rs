@@ -13,7 +13,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::keys::{LockKeys, new_token};
 use crate::lock::fence::{self, Fence};
 use crate::lock::waiter::{LockWaiter, Trail};
-use crate::lock::{Abandon, Extender, Tried, acquire_call, legacy};
+use crate::lock::{Abandon, Extender, Tried, legacy};
 use crate::settle;
 use crate::sync::LockUnpoisoned;
 use crate::validate;
@@ -180,17 +180,21 @@ impl Lock {
         if self.opts.min_replicas > 0 {
             self.confirm_replicas(&token, budget)?;
         }
-        crate::ops::acquired(&self.me, trail.started.elapsed());
-        let extender = Arc::new(Extender::new(self.keys.clone(), token.clone()));
-        let lease = self.opts.auto_renew.then(|| {
+        let now = Instant::now();
+        crate::ops::acquired(&self.me, now.saturating_duration_since(trail.started));
+        // A hold that is not renewed gets its extender at its first extend.
+        let (extender, lease) = if self.opts.auto_renew {
+            let extender = Arc::new(Extender::new(self.keys.clone(), token.clone()));
             let renew = Box::new(RenewHold {
                 extender: extender.clone(),
                 me: self.me.clone(),
             });
             let lease = Lease::new(self.client.clone(), renew, self.opts.ttl);
             watchdog::register(lease.clone());
-            lease
-        });
+            (Some(extender), Some(lease))
+        } else {
+            (None, None)
+        };
         let mut st = self.state.lock_unpoisoned();
         if let Some(old) = st.held.take().and_then(|h| h.lease) {
             watchdog::unregister(&old);
@@ -201,7 +205,7 @@ impl Lock {
             pid: crate::fork::current_pid(),
             depth: 1,
             lease,
-            since: Instant::now(),
+            since: now,
             extender,
             waited,
             valid_until: sent + self.opts.ttl,
@@ -363,24 +367,23 @@ impl Lock {
     ) -> Result<Option<Fence>> {
         // While this process knows of a legacy pollers' turn, even the
         // first attempt respects it (the full form).
+        // Both commands are packed once per lock (`packets.rs`).
         if !self.opts.fair && self.opts.min_replicas == 0 && !legacy::is_open(&self.keys.lock) {
-            let ttl_ms = validate::millis(self.opts.ttl);
-            if fence::is_read(&self.keys.lock) {
-                let call = acquire_call(&self.keys, token, ttl_ms, "", false, 0, false);
-                let tried: Tried =
-                    trail.run(&self.client, budget, &self.label, |c| call.query(c))?;
+            let token = token.as_bytes();
+            if fence::is_read(self.fence_hash) {
+                let acquire = &self.packets.acquire;
+                let tried = trail.run(&self.client, budget, &self.label, |c| {
+                    let reply = acquire.query(c, token, false)?;
+                    Ok(redis::from_redis_value::<Tried>(reply)?)
+                })?;
                 if let Tried::Acquired(f) = tried {
                     return Ok(Some(Some(f)));
                 }
             } else {
-                let mut set = redis::cmd("SET");
-                set.arg(&self.keys.lock)
-                    .arg(token)
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(ttl_ms);
-                let reply: redis::Value =
-                    trail.run(&self.client, budget, &self.label, |c| set.query(c))?;
+                let set = &self.packets.set_nx;
+                let reply = trail.run(&self.client, budget, &self.label, |c| {
+                    c.request(set, token).and_then(redis::Value::extract_error)
+                })?;
                 if reply != redis::Value::Nil {
                     return Ok(Some(None));
                 }

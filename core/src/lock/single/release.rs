@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use super::{FIRST_RETRY_PAUSE, Held, Lock, MAX_RETRY_PAUSE};
 use crate::budget::Budget;
 use crate::error::{Error, Result};
-use crate::lock::{ReleaseHold, legacy, release_call, release_call_with_turns};
+use crate::keys::LockKeys;
+use crate::lock::{ReleaseHold, legacy};
 use crate::ops::ForcedBy;
 use crate::settle;
 use crate::sync::LockUnpoisoned;
@@ -19,10 +20,11 @@ impl Lock {
     /// was not ours.
     /// `hand_over`: waiters are likely, so the script probably wakes one:
     /// send it behind a PING, which makes Redis write the waiter's grant
-    /// before our reply ([`Call::query_behind_ping`]; a free lock's release
-    /// skips the extra command).
+    /// before our reply ([`Conn::request_behind_ping`]; a free lock's
+    /// release skips the extra command). The command is the lock's, packed
+    /// once (`packets.rs`).
     ///
-    /// [`Call::query_behind_ping`]: crate::scripts::Call::query_behind_ping
+    /// [`Conn::request_behind_ping`]: crate::client::conn::Conn::request_behind_ping
     /// `maybe_ran` is set when a try before the one that answered may have
     /// run (see [`Client::run_noting`]).
     pub(super) fn release_token(
@@ -32,16 +34,12 @@ impl Lock {
         budget: Budget,
         maybe_ran: &Cell<bool>,
     ) -> Result<bool> {
-        let turns = self.opts.legacy_turns();
-        let call = match turns {
-            Some(turns) => release_call_with_turns(&self.keys, token, turns),
-            None => release_call(&self.keys, token),
-        };
+        let (release, turns) = (&self.packets.release, self.packets.turns);
         let released: i64 = self
             .client
-            .run_noting(budget, &self.label, maybe_ran, |c| match c.single() {
-                Some(con) if hand_over => call.query_behind_ping(con),
-                _ => call.query(c),
+            .run_noting(budget, &self.label, maybe_ran, |c| {
+                let reply = release.query(c, token.as_bytes(), hand_over)?;
+                Ok(redis::from_redis_value(reply)?)
             })?;
         if let (2, Some(turns)) = (released, turns) {
             // Legacy pollers' turn: our own next acquire must respect it.
@@ -134,7 +132,7 @@ impl Lock {
         self.client.note_release(moves, || {
             Box::new(ReleaseHold {
                 client: self.client.clone(),
-                keys: self.keys.clone(),
+                keys: LockKeys::clone(&self.keys),
                 token: held.token.clone(),
                 horizon: Instant::now() + held.ttl,
                 label: self.label.clone(),
@@ -150,7 +148,7 @@ impl Lock {
         // extend was sent before now.
         let settlement = Box::new(ReleaseHold {
             client: self.client.clone(),
-            keys: self.keys.clone(),
+            keys: LockKeys::clone(&self.keys),
             token: held.token.clone(),
             horizon: Instant::now() + held.ttl,
             label: self.label.clone(),
