@@ -57,9 +57,14 @@
 //! release may hand it the lock: a *departed* entry keeps what it would take
 //! to give such a grant back (an `Abandon` settlement) until its lease has
 //! run out, and a grant arriving for it is handed to the settlement keeper.
-//! Grants for ids the hub does not know (a wait that ended with the lock:
-//! a grant raced its own successful attempt) are ignored.
+//! A waiter whose wait ended with the lock leaves a *held* entry for as
+//! long: a grant for it that was published after the wait ended (it comes
+//! over a later connection) was sent by a server that lost the end of the
+//! wait (a promoted replica, a restarted server) and is given back; one
+//! that raced the waiter's own successful attempt is ignored
+//! (`hub/dispatch.rs`). Grants for ids the hub does not know are ignored.
 
+mod dispatch;
 mod reader;
 
 use std::collections::{HashMap, HashSet};
@@ -68,7 +73,7 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use super::ticket::{Event, Shared, Ticket};
+use super::ticket::{Shared, Ticket};
 use crate::budget::Budget;
 use crate::client::Client;
 use crate::client::conn::Node;
@@ -125,6 +130,8 @@ struct State {
     links: HashMap<Option<Node>, Link>,
     /// When departed entries were last purged.
     purged: Option<Instant>,
+    /// How many entries are [`Entry::Held`] (at most `dispatch::MAX_HELD`).
+    held: usize,
 }
 
 enum Entry {
@@ -137,6 +144,15 @@ enum Entry {
     /// module docs): until `until`, a grant for it is given back.
     Departed {
         until: Instant,
+        settlement: Option<Box<dyn Settlement>>,
+    },
+    /// A waiter whose wait ended with the lock, over connection
+    /// `generation` of link `node`: until `until`, a grant for it that
+    /// arrives over a later connection is stale and given back (`hub/dispatch.rs`).
+    Held {
+        until: Instant,
+        node: Option<Node>,
+        generation: u64,
         settlement: Option<Box<dyn Settlement>>,
     },
 }
@@ -170,6 +186,8 @@ struct Link {
     waiters: usize,
     /// Since when it has had no waiter.
     idle_since: Option<Instant>,
+    /// Connections made so far (see [`Entry::Held`]).
+    generation: u64,
     /// Failures to connect or subscribe, and the last one (kind, message).
     failures: u64,
     error: Option<(ErrorKind, String)>,
@@ -389,30 +407,6 @@ impl Hub {
             }
         }
     }
-
-    /// Hands a message's payload to the waiter it names.
-    fn dispatch(&self, payload: &[u8]) {
-        let Some((event, id)) = parse(payload) else {
-            return;
-        };
-        let mut st = self.state();
-        let target = match st.entries.get_mut(id) {
-            Some(Entry::Waiting { ticket, .. }) => Some(ticket.clone()),
-            Some(Entry::Departed { settlement, .. }) => {
-                if matches!(event, Event::Granted(_))
-                    && let Some(s) = settlement.take()
-                {
-                    crate::settle::defer(s);
-                }
-                None
-            }
-            None => None,
-        };
-        drop(st);
-        if let Some(ticket) = target {
-            ticket.deliver(event);
-        }
-    }
 }
 
 impl State {
@@ -484,38 +478,21 @@ impl State {
             return;
         }
         self.purged = Some(now);
-        self.entries
-            .retain(|_, e| !matches!(e, Entry::Departed { until, .. } if *until <= now));
+        self.entries.retain(|_, e| match e {
+            Entry::Departed { until, .. } | Entry::Held { until, .. } => *until > now,
+            Entry::Waiting { .. } => true,
+        });
+        self.held = self
+            .entries
+            .values()
+            .filter(|e| matches!(e, Entry::Held { .. }))
+            .count();
     }
-}
-
-/// `g:<id>:<fence>` → a grant; `w:<id>` → a wake-up; anything else (a
-/// poke) → nothing.
-fn parse(payload: &[u8]) -> Option<(Event, &str)> {
-    let text = std::str::from_utf8(payload).ok()?;
-    if let Some(rest) = text.strip_prefix("g:") {
-        let (id, fence) = rest.split_once(':')?;
-        return Some((Event::Granted(fence.parse().ok()?), id));
-    }
-    text.strip_prefix("w:").map(|id| (Event::Woken, id))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn messages_name_the_waiter_and_what_happened() {
-        assert_eq!(
-            parse(b"g:abc:1763700000123456"),
-            Some((Event::Granted(1_763_700_000_123_456), "abc"))
-        );
-        assert_eq!(parse(b"w:abc"), Some((Event::Woken, "abc")));
-        assert_eq!(parse(b"n"), None);
-        assert_eq!(parse(b"g:abc"), None);
-        assert_eq!(parse(b"g:abc:x"), None);
-        assert_eq!(parse(b"\xff"), None);
-    }
 
     #[test]
     fn hub_ids_say_whether_channels_are_sharded() {

@@ -299,6 +299,8 @@ pub(crate) struct Waiter<W: Waiting> {
     failing: Option<Failing>,
     /// An attempt carrying our registration may have reached the server.
     sent: bool,
+    /// An attempt may have left our registration in the waiter list.
+    registered: bool,
     finished: bool,
 }
 
@@ -329,6 +331,7 @@ impl<W: Waiting> Waiter<W> {
             next: None,
             failing: None,
             sent: false,
+            registered: false,
             finished: false,
         }
     }
@@ -437,8 +440,9 @@ impl<W: Waiting> Waiter<W> {
             .map_err(|e| e.context(&format!("{}: listening for wake-ups", self.label)))?;
         let result = self.w.attempt(&self.member);
         match &result {
-            Ok(_) => self.sent = true,
-            Err(e) if e.outcome_unknown() => self.sent = true,
+            Ok(Attempt::Done(_)) => self.sent = true,
+            Ok(Attempt::Retry(_)) => (self.sent, self.registered) = (true, true),
+            Err(e) if e.outcome_unknown() => (self.sent, self.registered) = (true, true),
             Err(_) => {}
         }
         result
@@ -508,7 +512,19 @@ impl<W: Waiting> Waiter<W> {
     ) -> Step<W::Output> {
         self.finished = true;
         if let Some(hub) = &self.hub {
-            hub.retire(&self.ticket, departed);
+            // Ended with the lock after registering: a stale copy of the
+            // registration may be served again (see `hub/dispatch.rs`).
+            let held = match (&v, &departed) {
+                (Some(_), None) if self.registered => self.w.abandon(&self.member),
+                _ => None,
+            };
+            match held {
+                Some(settlement) => {
+                    let until = Instant::now() + lease_for(self.recheck) + Duration::from_secs(1);
+                    hub.retire_held(&self.ticket, until, settlement);
+                }
+                None => hub.retire(&self.ticket, departed),
+            }
         }
         Step::Done(v)
     }

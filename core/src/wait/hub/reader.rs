@@ -147,6 +147,7 @@ impl Hub {
         let mut st = self.state();
         if let Some(link) = st.links.get_mut(node) {
             link.connected = true;
+            link.generation += 1;
             link.epoch = epoch;
             for c in link.channels.values_mut() {
                 *c = Status::Unsent;
@@ -226,7 +227,7 @@ impl Hub {
         match kind {
             PushKind::Message | PushKind::SMessage => {
                 if let Some(Value::BulkString(payload)) = data.get(1) {
-                    self.dispatch(payload);
+                    self.dispatch(node, payload);
                 }
             }
             PushKind::Subscribe | PushKind::SSubscribe => self.confirmed(node, slot),
