@@ -24,12 +24,12 @@ import argparse
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from throwaway import redis_url
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -67,11 +67,6 @@ def per_pair(cmd: list[str], pairs: int, delta: int, env: dict[str, str] | None 
     return (instructions([*cmd, str(pairs + delta)], env) - instructions([*cmd, str(pairs)], env)) / delta
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -82,21 +77,8 @@ def main() -> None:
     ap.add_argument("--php-ext", default=str(ROOT / "target" / "release" / "libferrolock_php.so"))
     ap.add_argument("--rust", default=str(ROOT / "target" / "release" / "examples" / "uncontended"))
     args = ap.parse_args()
-    server = None
-    url = args.url
-    if url is None:
-        port = free_port()
-        server = subprocess.Popen(["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"],
-                                  stdout=subprocess.DEVNULL)
-        url = f"redis://127.0.0.1:{port}/0"
-        for _ in range(200):
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.1).close()
-                break
-            except OSError:
-                time.sleep(0.02)
     rows: dict[str, float] = {}
-    try:
+    with redis_url(args.url) as url:
         if Path(args.rust).exists():
             for renew in ("0", "1"):
                 env = {**os.environ, "RENEW": renew}
@@ -109,10 +91,6 @@ def main() -> None:
                 php.write_text(PHP_CHILD)
                 rows["PHP"] = per_pair(["php", "-n", "-d", f"extension={args.php_ext}", str(php), url],
                                        args.pairs, args.delta)
-    finally:
-        if server is not None:
-            server.terminate()
-            server.wait()
     print(f"client instructions per acquire+release (callgrind, {args.pairs + args.delta} pairs "
           f"minus {args.pairs}, every thread)")
     for who, n in rows.items():

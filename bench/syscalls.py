@@ -18,12 +18,12 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from throwaway import redis_url
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -66,11 +66,6 @@ def per_pair(cmd: list[str], pairs: int) -> dict[str, float]:
     return {k: v for k, v in sorted(diff.items(), key=lambda kv: -kv[1]) if abs(v) >= 0.005}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -79,20 +74,7 @@ def main() -> None:
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--php-ext", default=str(ROOT / "target" / "release" / "libferrolock_php.so"))
     args = ap.parse_args()
-    server = None
-    url = args.url
-    if url is None:
-        port = free_port()
-        server = subprocess.Popen(["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"],
-                                  stdout=subprocess.DEVNULL)
-        url = f"redis://127.0.0.1:{port}/0"
-        for _ in range(200):
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.1).close()
-                break
-            except OSError:
-                time.sleep(0.02)
-    try:
+    with redis_url(args.url) as url:
         with tempfile.TemporaryDirectory() as d:
             php = Path(d) / "pairs.php"
             php.write_text(PHP_CHILD)
@@ -106,10 +88,6 @@ def main() -> None:
         for who, row in rows.items():
             total = sum(row.values())
             print(f"  {who}: {total:.2f} per pair: " + ", ".join(f"{k} {v:.2f}" for k, v in row.items()))
-    finally:
-        if server is not None:
-            server.terminate()
-            server.wait()
 
 
 if __name__ == "__main__":

@@ -12,21 +12,15 @@ import pytest
 
 import ferrolock
 from ferrolock import _native, aio
-from tests.support.servers import RedisServer
+from tests.support.servers import RedisServer, voting_masters
 
 TTL = 2.0
 
 
 @pytest.fixture(scope="module")
 def masters() -> Iterator[list[RedisServer]]:
-    servers = [RedisServer() for _ in range(3)]
-    try:
-        for s in servers:
-            s.wait_up_for(TTL)  # a master younger than one TTL has no vote yet
+    with voting_masters(3, TTL) as servers:
         yield servers
-    finally:
-        for s in servers:
-            s.close()
 
 
 def urls(masters: list[RedisServer]) -> list[str]:

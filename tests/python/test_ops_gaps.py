@@ -16,22 +16,15 @@ import pytest
 import ferrolock
 from ferrolock import Lock, Redlock, _native, aio
 from ferrolock.ops import Inspector
-from tests.support.servers import RedisServer
+from tests.support.servers import RedisServer, voting_masters
 
 TTL = 3.0
 
 
 @pytest.fixture(scope="module")
 def masters() -> Iterator[list[RedisServer]]:
-    servers = [RedisServer() for _ in range(3)]
-    try:
-        # A master up for less than one TTL has no vote (it may have restarted).
-        for s in servers:
-            s.wait_up_for(TTL)
+    with voting_masters(3, TTL) as servers:
         yield servers
-    finally:
-        for s in servers:
-            s.close()
 
 
 def urls(masters: list[RedisServer]) -> list[str]:

@@ -8,6 +8,7 @@ one on ``PATH``. ``$REDIS_SERVER`` overrides the binary of either choice.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import math
@@ -18,6 +19,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from .resp import Resp
@@ -176,6 +178,20 @@ class RedisServer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@contextlib.contextmanager
+def voting_masters(n: int, ttl: float) -> Iterator[list[RedisServer]]:
+    """`n` independent servers, each up for `ttl` already: a Redlock master
+    younger than the longest TTL in use has no vote yet."""
+    servers = [RedisServer() for _ in range(n)]
+    try:
+        for s in servers:
+            s.wait_up_for(ttl)
+        yield servers
+    finally:
+        for s in servers:
+            s.close()
 
 
 def make_tls_files(directory: Path) -> dict[str, Path]:
