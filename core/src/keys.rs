@@ -88,6 +88,13 @@ fn random_bytes() -> [u8; 16] {
     out
 }
 
+/// A random number from this thread's generator (see [`new_token`]), for
+/// what needs spreading rather than secrecy (the re-check instants of waits).
+pub(crate) fn random_u64() -> u64 {
+    let b = random_bytes();
+    u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
+}
+
 /// `lock "name"` (or `queue "name"`), shortened for messages.
 pub(crate) fn label(kind: &str, name: &[u8]) -> String {
     let text = String::from_utf8_lossy(name);

@@ -28,7 +28,10 @@
 //! waiter's token). While waiting, the caller re-checks at least every
 //! `recheck` interval (and exactly when the holder's TTL runs out, so a
 //! crashed holder's lock is taken as soon as it expires). Those re-checks
-//! are the only Redis traffic of an idle waiter.
+//! are the only Redis traffic of an idle waiter; each comes a random part
+//! of up to a quarter interval early, so that waits that began together do
+//! not re-check together (`spread`), and their round trips give way to
+//! calls that do not wait in the connection pool (`client/pool.rs`).
 //!
 //! # Riding out faults
 //!
@@ -145,6 +148,20 @@ pub(crate) enum Attempt<T> {
 /// misses three re-checks in a row is considered gone.
 pub(crate) fn lease_for(recheck: Duration) -> Duration {
     recheck * 3 + Duration::from_millis(500)
+}
+
+/// A re-check interval, shortened by a random part of up to a quarter:
+/// waits that began together (a burst of callers, a restart that woke every
+/// waiter) drift apart instead of re-checking together every interval,
+/// where their round trips, hundreds at once, would delay the hand-overs
+/// between them. Never longer than `recheck` (the lease counts on it).
+fn spread(recheck: Duration) -> Duration {
+    let quarter = recheck / 4;
+    let nanos = u64::try_from(quarter.as_nanos()).unwrap_or(u64::MAX);
+    if nanos == 0 {
+        return recheck;
+    }
+    recheck - Duration::from_nanos(crate::keys::random_u64() % nanos)
 }
 
 /// How a wait ends for the waiter's registration.
@@ -372,7 +389,7 @@ impl<W: Waiting> Waiter<W> {
             Ok(Attempt::Done(v)) => Ok(self.finish(Some(v), None)),
             Ok(Attempt::Retry(hint)) => {
                 self.failing = None;
-                let mut pause = self.recheck;
+                let mut pause = spread(self.recheck);
                 if let Some(h) = hint {
                     pause = pause.min(h);
                 }
