@@ -178,11 +178,13 @@ impl wait::Waiting for LockWaiter<'_> {
 ///     match steps.step()? {
 ///         Step::Done(acquired) => break acquired.unwrap_or(false),
 ///         // An event loop awaits the ticket's callback or the instant here.
-///         Step::Wait(until) => {
-///             if let Some(ticket) = steps.ticket() {
+///         Step::Wait(until) => match steps.ticket() {
+///             Some(ticket) => {
 ///                 ticket.wait(Some(until), None)?;
 ///             }
-///         }
+///             // No wait yet (a pause before the next try): sleep until then.
+///             None => std::thread::sleep(until.saturating_duration_since(std::time::Instant::now())),
+///         },
 ///     }
 /// };
 /// # Ok::<(), ferrolock::Error>(())
