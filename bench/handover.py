@@ -28,6 +28,8 @@ import sys
 import tempfile
 import time
 
+from throwaway import free_port
+
 WORKER = r"""
 import json, sys, time
 from ferrolock import Lock
@@ -49,12 +51,6 @@ for _ in range(rounds):
     lock.release()
 print(json.dumps({"events": events, "rtt": rtt}))
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def one_run(python: str, url: str, rounds: int, hold: float, run: int) -> tuple[list[int], list[int]]:

@@ -91,18 +91,13 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(WORKERS))
 
 import qjobs  # noqa: E402
+from throwaway import free_port  # noqa: E402
 
 from tests.support.servers import server_binaries  # noqa: E402
 
 
 def log(msg: str) -> None:
     print(msg, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def percentile(values: list[float], p: float) -> float:

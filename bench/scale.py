@@ -38,6 +38,8 @@ import tempfile
 import threading
 import time
 
+from throwaway import free_port
+
 WORKER = r"""
 import json, sys, threading, time
 from ferrolock import Lock
@@ -67,12 +69,6 @@ for t in ts: t.start()
 for t in ts: t.join()
 print(json.dumps({"events": events, "failed": failed}))
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def command(port: int, *args: str) -> bytes:
