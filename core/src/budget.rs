@@ -8,12 +8,6 @@
 //! left, never starts one after the end, and spends the same budget on its
 //! retries (a stale pooled connection, a Sentinel re-lookup, a reconnect in a
 //! wait).
-//!
-//! A wait's budget is also *patient*: the calls made under it (a waiter's
-//! attempts and re-checks) give way, in the connection pool, to calls that
-//! do not wait. Hundreds of waiters in one process re-checking at once would
-//! otherwise keep a release, the call that hands the lock over and ends one
-//! of their waits, queued behind them for milliseconds (`client/pool.rs`).
 
 use std::time::{Duration, Instant};
 
@@ -22,26 +16,18 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Budget {
     end: Option<Instant>,
-    /// Made by a wait: its calls give way to those that do not wait.
-    patient: bool,
 }
 
 #[allow(dead_code)] // the waits adopt the rest (`wait`, `unbounded`, `min`, `end`)
 impl Budget {
     /// Until `end`.
     pub(crate) fn until(end: Instant) -> Self {
-        Self {
-            end: Some(end),
-            patient: false,
-        }
+        Self { end: Some(end) }
     }
 
     /// No end: only a wait without timeout (it still stops on interrupt).
     pub(crate) fn unbounded() -> Self {
-        Self {
-            end: None,
-            patient: false,
-        }
+        Self { end: None }
     }
 
     /// A call that does not wait: one command timeout from now.
@@ -55,7 +41,6 @@ impl Budget {
     pub(crate) fn wait(deadline: Option<Instant>, command_timeout: Duration) -> Self {
         Self {
             end: deadline.map(|d| d + command_timeout),
-            patient: true,
         }
     }
 
@@ -84,22 +69,12 @@ impl Budget {
         }
     }
 
-    /// The shorter of the two budgets; patient only if both are.
+    /// The shorter of the two budgets.
     pub(crate) fn min(self, other: Budget) -> Budget {
-        let end = match (self.end, other.end) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        Budget {
-            end,
-            patient: self.patient && other.patient,
+        match (self.end, other.end) {
+            (Some(a), Some(b)) => Budget::until(a.min(b)),
+            (a, b) => Budget { end: a.or(b) },
         }
-    }
-
-    /// Made by a wait: its calls give way to those that do not wait (see
-    /// the module documentation).
-    pub(crate) fn is_patient(self) -> bool {
-        self.patient
     }
 }
 
@@ -121,10 +96,6 @@ mod tests {
         assert!(!forever.is_spent());
         assert_eq!(forever.min(b), b);
         assert_eq!(b.min(spent), spent);
-        let waiting = Budget::wait(None, Duration::from_secs(3));
-        assert_eq!(waiting.end(), None);
-        assert!(waiting.is_patient() && !forever.is_patient() && !b.is_patient());
-        assert!(waiting.min(waiting).is_patient());
-        assert!(!waiting.min(b).is_patient());
+        assert_eq!(Budget::wait(None, Duration::from_secs(3)), forever);
     }
 }

@@ -24,12 +24,6 @@
 //! Connections idle for longer than [`IDLE_TIMEOUT`] are closed, beyond the
 //! [`MIN_IDLE`] most recently used: when the pool is next used, and every
 //! second from the hub's reader while it runs (no thread of its own).
-//!
-//! Calls that do not wait go first: a caller whose budget is *patient* (a
-//! waiter's attempt or re-check, `budget.rs`) takes no connection while a
-//! caller that does not wait (a release, a try-once) waits for one. With 500
-//! waiters in a process re-checking at once, a release (which hands the lock
-//! to one of them) would otherwise queue behind their round trips.
 
 use std::collections::VecDeque;
 use std::sync::atomic::AtomicU64;
@@ -64,12 +58,8 @@ pub(super) struct Pool {
     idle: Mutex<Idle>,
     /// Sentinel: signalled, with `idle`, when a lookup ends.
     looked_up: Condvar,
-    /// Signalled, with `idle`, when a connection comes back or closes and
-    /// only patient takers wait (see the module documentation).
+    /// Signalled, with `idle`, when a connection comes back or closes.
     freed: Condvar,
-    /// Signalled, with `idle`, when a connection comes back or closes and
-    /// impatient takers wait.
-    freed_first: Condvar,
     /// Sentinel: how many times the master was found to have changed (a
     /// failover), readable without the mutex.
     pub moves: AtomicU64,
@@ -86,8 +76,6 @@ pub(super) struct Idle {
     /// only then is `freed` signalled (a notify is a `futex` system call
     /// even when nobody waits, which would be one per round trip).
     takers: usize,
-    /// Of the `takers`, those whose call does not wait: served first.
-    impatient: usize,
     /// The wait hub of this client in this process (`wait/hub.rs`), kept
     /// without its type (see `Client::shared_by_waits`).
     pub hub: Option<Arc<dyn std::any::Any + Send + Sync>>,
@@ -139,7 +127,6 @@ impl Pool {
                 conns: Vec::new(),
                 open: 0,
                 takers: 0,
-                impatient: 0,
                 hub: None,
                 slots: SlotCache::default(),
                 epoch: 0,
@@ -149,7 +136,6 @@ impl Pool {
             }),
             looked_up: Condvar::new(),
             freed: Condvar::new(),
-            freed_first: Condvar::new(),
             moves: AtomicU64::new(0),
         });
         let mut pools = POOLS.lock_unpoisoned();
@@ -170,7 +156,6 @@ impl Pool {
             std::mem::forget(std::mem::take(&mut idle.replays));
             idle.open = 0;
             idle.takers = 0;
-            idle.impatient = 0;
             if let Some(view) = idle.sentinel.as_mut() {
                 view.forget_after_fork();
             }
@@ -184,11 +169,9 @@ impl Pool {
     /// An idle connection (`Some`), or leave to open one (`None`: the
     /// caller connects, and calls [`Pool::discard`] if that fails), the
     /// epoch to check it in with, and whether it waited. With [`MAX_OPEN`]
-    /// connections open, waits for one to come back within `budget`; a
-    /// patient budget also waits while an impatient caller does.
+    /// connections open, waits for one to come back within `budget`.
     /// `context` names the server in the error.
     pub(super) fn take(&self, budget: Budget, context: &str) -> Result<(Option<Conn>, u64, bool)> {
-        let patient = budget.is_patient();
         let mut idle = self.state();
         let mut waited = false;
         loop {
@@ -205,34 +188,18 @@ impl Pool {
                 }
                 _ => Vec::new(),
             };
-            let give_way = patient && idle.impatient > 0;
-            if !give_way && let Some((conn, _)) = idle.conns.pop() {
+            if let Some((conn, _)) = idle.conns.pop() {
                 let epoch = idle.epoch;
-                let more = waited && self.pass_on(&idle);
                 drop(idle);
-                if more {
-                    self.freed.notify_one();
-                }
                 drop(trimmed);
                 return Ok((Some(conn), epoch, waited));
             }
-            if !give_way && idle.open < MAX_OPEN {
+            if idle.open < MAX_OPEN {
                 idle.open += 1;
-                let more = waited && self.pass_on(&idle);
-                let epoch = idle.epoch;
-                drop(idle);
-                if more {
-                    self.freed.notify_one();
-                }
-                return Ok((None, epoch, waited));
+                return Ok((None, idle.epoch, waited));
             }
             let left = match budget.left() {
                 Some(left) if left < Duration::from_millis(1) => {
-                    if waited && self.pass_on(&idle) {
-                        // What woke this taker (an impatient one, giving
-                        // up) is still free: for the patient ones.
-                        self.freed.notify_one();
-                    }
                     return Err(Error::new(
                         ErrorKind::Timeout,
                         format!(
@@ -244,23 +211,13 @@ impl Pool {
                 None => Duration::from_secs(1),
             };
             idle.takers += 1;
-            if !patient {
-                idle.impatient += 1;
-            }
             waited = true;
-            let freed = if patient {
-                &self.freed
-            } else {
-                &self.freed_first
-            };
-            idle = freed
+            idle = self
+                .freed
                 .wait_timeout(idle, left)
                 .map(|(g, _)| g)
                 .unwrap_or_else(|p| p.into_inner().0);
             idle.takers = idle.takers.saturating_sub(1);
-            if !patient {
-                idle.impatient = idle.impatient.saturating_sub(1);
-            }
             if idle.pid != current_pid() {
                 drop(idle);
                 idle = self.state();
@@ -280,7 +237,7 @@ impl Pool {
     pub(super) fn put_since(&self, conn: Conn, epoch: u64, since: Instant) {
         let open = conn.is_open();
         let mut idle = self.state();
-        let wake = self.wake_for(&idle);
+        let waited_for = idle.takers > 0;
         if open && idle.epoch == epoch {
             idle.conns.push((conn, since));
             drop(idle);
@@ -289,28 +246,9 @@ impl Pool {
             drop(idle);
             drop(conn);
         }
-        if let Some(freed) = wake {
-            freed.notify_one();
+        if waited_for {
+            self.freed.notify_one();
         }
-    }
-
-    /// Whom a connection coming back (or a place freed) wakes: an impatient
-    /// taker if one waits, else a patient one, else nobody (no system call).
-    fn wake_for(&self, idle: &Idle) -> Option<&Condvar> {
-        if idle.impatient > 0 {
-            Some(&self.freed_first)
-        } else if idle.takers > 0 {
-            Some(&self.freed)
-        } else {
-            None
-        }
-    }
-
-    /// After a taker stopped waiting: whether a patient taker should be woken
-    /// for a connection (or a place) still free, which the notification that
-    /// freed it may have sent to an impatient taker or to this one.
-    fn pass_on(&self, idle: &Idle) -> bool {
-        idle.impatient == 0 && idle.takers > 0 && (!idle.conns.is_empty() || idle.open < MAX_OPEN)
     }
 
     /// A connection from [`Pool::take`] (or the leave to open one) was
@@ -318,10 +256,10 @@ impl Pool {
     pub(super) fn discard(&self) {
         let mut idle = self.state();
         idle.open = idle.open.saturating_sub(1);
-        let wake = self.wake_for(&idle);
+        let waited_for = idle.takers > 0;
         drop(idle);
-        if let Some(freed) = wake {
-            freed.notify_one();
+        if waited_for {
+            self.freed.notify_one();
         }
     }
 
@@ -444,85 +382,4 @@ pub(super) fn release_after_fork(in_child: bool) {
         }
     }
     drop(pools);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::thread;
-
-    /// Waits until the pool has `takers` waiting takers.
-    fn until_waiting(pool: &Pool, takers: usize) {
-        let end = Instant::now() + Duration::from_secs(10);
-        while pool.state().takers != takers {
-            assert!(Instant::now() < end, "never {takers} takers waiting");
-            thread::sleep(Duration::from_millis(1));
-        }
-    }
-
-    /// Every place of a new pool taken (no connection is needed: a place
-    /// is the leave to open one, given back with `discard`).
-    fn full_pool() -> Arc<Pool> {
-        let pool = Pool::new(None);
-        let call = Budget::one_call(Duration::from_secs(5));
-        for _ in 0..MAX_OPEN {
-            assert!(matches!(pool.take(call, "test"), Ok((None, _, false))));
-        }
-        pool
-    }
-
-    fn taker(pool: &Arc<Pool>, budget: Budget) -> thread::JoinHandle<bool> {
-        let pool = pool.clone();
-        thread::spawn(move || pool.take(budget, "test").is_ok())
-    }
-
-    #[test]
-    fn a_call_that_does_not_wait_goes_before_the_waits_calls() {
-        let pool = full_pool();
-        let patient = Budget::wait(
-            Some(Instant::now() + Duration::from_secs(10)),
-            Duration::from_secs(1),
-        );
-        let waits: Vec<_> = (0..3).map(|_| taker(&pool, patient)).collect();
-        until_waiting(&pool, 3);
-        let call = taker(&pool, Budget::one_call(Duration::from_secs(10)));
-        until_waiting(&pool, 4);
-        pool.discard();
-        assert!(
-            call.join().unwrap(),
-            "the call that does not wait is served first"
-        );
-        until_waiting(&pool, 3);
-        // Places freed while no such call waits go to the waits' calls, all
-        // of them, even when freed together.
-        pool.discard();
-        pool.discard();
-        pool.discard();
-        for w in waits {
-            assert!(w.join().unwrap());
-        }
-        assert_eq!(pool.state().takers, 0);
-    }
-
-    #[test]
-    fn a_place_an_impatient_taker_leaves_unused_goes_to_the_patient_ones() {
-        let pool = full_pool();
-        let patient = Budget::wait(
-            Some(Instant::now() + Duration::from_secs(10)),
-            Duration::from_secs(1),
-        );
-        let wait = taker(&pool, patient);
-        until_waiting(&pool, 1);
-        // Gives up after 50 ms: the patient taker must not be left waiting
-        // for the place freed meanwhile, whose notification went to it.
-        let call = taker(&pool, Budget::one_call(Duration::from_millis(50)));
-        until_waiting(&pool, 2);
-        pool.discard();
-        pool.discard();
-        assert!(call.join().unwrap());
-        assert!(
-            wait.join().unwrap(),
-            "the second place reaches the patient taker"
-        );
-    }
 }

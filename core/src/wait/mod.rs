@@ -30,8 +30,7 @@
 //! crashed holder's lock is taken as soon as it expires). Those re-checks
 //! are the only Redis traffic of an idle waiter; each comes a random part
 //! of up to a quarter interval early, so that waits that began together do
-//! not re-check together (`spread`), and their round trips give way to
-//! calls that do not wait in the connection pool (`client/pool.rs`).
+//! not re-check together (`spread`).
 //!
 //! # Riding out faults
 //!
