@@ -53,10 +53,13 @@ pub(crate) trait Renew: Send + Sync {
     }
 }
 
-/// One held lock (or reservation) the watchdog keeps alive.
-pub(crate) struct Lease {
+/// One held lock (or reservation) the watchdog keeps alive, with what
+/// renews it (`R`, inline: one allocation per lease). The watchdog keeps
+/// them as `Lease<dyn Renew>`. A lock reuses the lease of its last hold for
+/// the next ([`Lease::reuse`]) once nothing else holds it: a loop of
+/// acquire+release allocates no lease per hold.
+pub(crate) struct Lease<R: ?Sized = dyn Renew> {
     client: Client,
-    renew: Box<dyn Renew>,
     ttl_ms: AtomicU64,
     lost: AtomicBool,
     /// The loss was reported (`ops::lock_lost`): once per lease.
@@ -68,21 +71,75 @@ pub(crate) struct Lease {
     /// nanoseconds since [`epoch`]: an atomic, so that reading `lost` never
     /// waits for the watchdog thread (nor hangs in a forked child).
     valid_until: AtomicU64,
+    renew: R,
 }
 
-impl Lease {
+/// A boxed renewal renews as what it boxes.
+impl<R: Renew + ?Sized> Renew for Box<R> {
+    fn call(&self, client: &Client, ttl_ms: u64) -> Call {
+        (**self).call(client, ttl_ms)
+    }
+
+    fn confirmed(&self, call: &Call, sent: Instant, ttl_ms: u64) {
+        (**self).confirmed(call, sent, ttl_ms);
+    }
+
+    fn about(&self) -> Option<&crate::ops::LockRef> {
+        (**self).about()
+    }
+}
+
+impl<R: Renew> Lease<R> {
     /// A lease for a hold taken just now.
-    pub(crate) fn new(client: Client, renew: Box<dyn Renew>, ttl: Duration) -> Arc<Self> {
+    pub(crate) fn new(client: Client, renew: R, ttl: Duration) -> Arc<Self> {
+        Self::since(client, renew, Instant::now(), ttl)
+    }
+
+    /// A lease for a hold whose TTL (re)started at `sent` (the send time of
+    /// the round trip that took it).
+    pub(crate) fn since(client: Client, renew: R, sent: Instant, ttl: Duration) -> Arc<Self> {
         Arc::new(Self {
             client,
-            renew,
             ttl_ms: AtomicU64::new(crate::validate::millis(ttl)),
             lost: AtomicBool::new(false),
             reported: AtomicBool::new(false),
             failing: AtomicBool::new(false),
             active: AtomicBool::new(true),
-            valid_until: AtomicU64::new(since_epoch(Instant::now() + ttl)),
+            valid_until: AtomicU64::new(since_epoch(sent + ttl)),
+            renew,
         })
+    }
+
+    /// Makes `lease` the lease of a new hold whose TTL started at `sent`,
+    /// as [`Lease::since`] would make it, `reset` adapting its renewal to
+    /// the hold: true when done, false (nothing changed) while anything else
+    /// holds the lease: the hold it was made for, the watchdog (registered,
+    /// or in a renewal round trip), a report. So the watchdog never sees a
+    /// reused lease as the lease it knew.
+    pub(crate) fn reuse(
+        lease: &mut Arc<Self>,
+        sent: Instant,
+        ttl: Duration,
+        reset: impl FnOnce(&mut R),
+    ) -> bool {
+        let Some(l) = Arc::get_mut(lease) else {
+            return false;
+        };
+        reset(&mut l.renew);
+        *l.ttl_ms.get_mut() = crate::validate::millis(ttl);
+        *l.lost.get_mut() = false;
+        *l.reported.get_mut() = false;
+        *l.failing.get_mut() = false;
+        *l.active.get_mut() = true;
+        *l.valid_until.get_mut() = since_epoch(sent + ttl);
+        true
+    }
+}
+
+impl<R: Renew + ?Sized> Lease<R> {
+    /// What renews it.
+    pub(crate) fn renewal(&self) -> &R {
+        &self.renew
     }
 
     /// True once a renewal found the lock gone, or its validity ran out
@@ -90,6 +147,12 @@ impl Lease {
     pub(crate) fn is_lost(&self) -> bool {
         self.lost.load(Ordering::Acquire)
             || since_epoch(Instant::now()) >= self.valid_until.load(Ordering::Acquire)
+    }
+
+    /// True while the hold is ours for sure at `now`: not lost (the
+    /// opposite of [`Lease::is_lost`] at `now`, without a clock read).
+    pub(crate) fn valid_at(&self, now: Instant) -> bool {
+        !self.lost.load(Ordering::Acquire) && now < self.valid_until()
     }
 
     fn ttl(&self) -> Duration {
@@ -119,6 +182,11 @@ impl Lease {
             since_epoch(sent + Duration::from_millis(ttl_ms)),
             Ordering::AcqRel,
         );
+    }
+
+    /// True when `entry` is this lease.
+    fn is(&self, entry: &Arc<Lease>) -> bool {
+        std::ptr::addr_eq(Arc::as_ptr(entry), self as *const Self)
     }
 }
 
@@ -228,8 +296,13 @@ fn release_after_fork() {
 
 /// Starts keeping `lease` alive (first renewal after ttl/3).
 pub(crate) fn register(lease: Arc<Lease>) {
+    register_at(lease, Instant::now());
+}
+
+/// [`register`] for a hold taken at `now` (a clock read the caller made).
+pub(crate) fn register_at(lease: Arc<Lease>, now: Instant) {
     let period = lease.ttl() / 3;
-    let due = Instant::now() + period;
+    let due = now + period;
     let mut st = state();
     st.idle_nap = st.idle_nap.min(period.max(MIN_IDLE_NAP));
     st.entries.push(Entry { due, lease });
@@ -251,7 +324,7 @@ pub(crate) fn register(lease: Arc<Lease>) {
 
 /// An explicit extend to `ttl`, sent at `sent`, succeeded: renewals now use
 /// that TTL, and the next one is due a third of it from now.
-pub(crate) fn extended(lease: &Arc<Lease>, sent: Instant, ttl: Duration) {
+pub(crate) fn extended<R: Renew + ?Sized>(lease: &Lease<R>, sent: Instant, ttl: Duration) {
     lease
         .ttl_ms
         .store(crate::validate::millis(ttl), Ordering::Release);
@@ -260,7 +333,7 @@ pub(crate) fn extended(lease: &Arc<Lease>, sent: Instant, ttl: Duration) {
         .store(since_epoch(sent + ttl), Ordering::Release);
     let due = Instant::now() + ttl / 3;
     let mut st = state();
-    if let Some(entry) = st.entries.iter_mut().find(|e| Arc::ptr_eq(&e.lease, lease)) {
+    if let Some(entry) = st.entries.iter_mut().find(|e| lease.is(&e.lease)) {
         entry.due = due;
     }
     let wake = st.must_wake_for(due);
@@ -270,11 +343,18 @@ pub(crate) fn extended(lease: &Arc<Lease>, sent: Instant, ttl: Duration) {
     }
 }
 
-/// Stops renewing `lease` (the lock was released).
-pub(crate) fn unregister(lease: &Arc<Lease>) {
+/// Stops renewing `lease` (the lock was released): the watchdog lets go of
+/// it before this returns (see [`Lease::reuse`]).
+pub(crate) fn unregister<R: Renew + ?Sized>(lease: &Lease<R>) {
     lease.active.store(false, Ordering::Release);
     let mut st = state();
-    st.entries.retain(|e| !Arc::ptr_eq(&e.lease, lease));
+    if let Some(i) = st.entries.iter().position(|e| lease.is(&e.lease)) {
+        // Dropped once the state is unlocked (a lease's last reference
+        // drops its client).
+        let entry = st.entries.swap_remove(i);
+        drop(st);
+        drop(entry);
+    }
 }
 
 fn run() {

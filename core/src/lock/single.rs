@@ -57,6 +57,9 @@ struct State {
     held: Option<Held>,
     /// Set when a release/extend found the lock gone while we believed we held it.
     lost: bool,
+    /// The lease of the last renewed hold, which the next renewed hold
+    /// reuses once nothing else holds it (see [`Lock::lease_for`]).
+    spare: Option<Arc<Lease<RenewHold>>>,
 }
 
 struct Held {
@@ -64,7 +67,7 @@ struct Held {
     fence: Fence,
     pid: u32,
     depth: u32,
-    lease: Option<Arc<Lease>>,
+    lease: Option<Arc<Lease<RenewHold>>>,
     /// When it was taken (the hold time metric).
     since: Instant,
     /// Its extends (shared with the watchdog's renewals): made with the
@@ -88,9 +91,12 @@ struct Held {
 impl Held {
     /// True while the hold is ours for sure (its validity has not run out).
     fn valid(&self, now: Instant) -> bool {
-        let renewed = self.lease.as_ref().map(|l| l.valid_until());
-        renewed.map_or(self.valid_until, |r| r.max(self.valid_until)) > now
-            && !self.lease.as_ref().is_some_and(|l| l.is_lost())
+        match &self.lease {
+            // A renewed hold's validity is its lease's: the acquire's, then
+            // its renewals' and its extends' (`watchdog::extended`).
+            Some(lease) => lease.valid_at(now),
+            None => self.valid_until > now,
+        }
     }
 }
 
@@ -164,20 +170,21 @@ impl Lock {
                 lock.not_owned("the token does not hold it (expired, released or taken over)")
             );
         }
-        let extender = Arc::new(Extender::new(lock.keys.clone(), token.to_owned()));
+        let mut st = lock.state.lock_unpoisoned();
         let lease = lock.opts.auto_renew.then(|| {
-            let renew = Box::new(RenewHold {
-                extender: extender.clone(),
-                me: lock.me.clone(),
-            });
-            let lease = Lease::new(lock.client.clone(), renew, lock.opts.ttl);
-            watchdog::register(lease.clone());
+            let now = Instant::now();
+            let lease = lock.lease_for(&mut st.spare, token, now);
+            watchdog::register_at(lease.clone(), now);
             lease
         });
+        let extender = match &lease {
+            Some(lease) => lease.renewal().extender.clone(),
+            None => Arc::new(Extender::new(lock.keys.clone(), token.to_owned())),
+        };
         // Valid for what is left of the key's TTL (none left, or no TTL at
         // all: not known to be valid).
         let left = Duration::from_millis(u64::try_from(pttl).unwrap_or(0));
-        lock.state.lock_unpoisoned().held = Some(Held {
+        st.held = Some(Held {
             token: token.to_owned(),
             fence: None,
             pid: crate::fork::current_pid(),
@@ -191,6 +198,7 @@ impl Lock {
             caller: None,
             moves: lock.client.master_moves(),
         });
+        drop(st);
         Ok(lock)
     }
 
@@ -474,6 +482,45 @@ const _: () = {
 struct RenewHold {
     extender: Arc<Extender>,
     me: Arc<LockRef>,
+}
+
+impl Lock {
+    /// The lease of a renewed hold of `token` whose TTL started at `sent`:
+    /// the lock's last one (`spare`) made new when nothing holds it any more
+    /// (its hold released, the watchdog done with it), else a new one, which
+    /// becomes the spare. A lock held, released and held again allocates
+    /// nothing for its renewal: the token is copied into the extender's
+    /// buffer.
+    fn lease_for(
+        &self,
+        spare: &mut Option<Arc<Lease<RenewHold>>>,
+        token: &str,
+        sent: Instant,
+    ) -> Arc<Lease<RenewHold>> {
+        if let Some(lease) = spare {
+            let keys = &self.keys;
+            let reset = |renew: &mut RenewHold| match Arc::get_mut(&mut renew.extender) {
+                Some(extender) => {
+                    // As new (`Extender::new`): the fencing counter's life unknown.
+                    extender.token.clear();
+                    extender.token.push_str(token);
+                    *extender.fence_until.get_mut() = 0;
+                }
+                // An extend of the hold before still has it.
+                None => renew.extender = Arc::new(Extender::new(keys.clone(), token.to_owned())),
+            };
+            if Lease::reuse(lease, sent, self.opts.ttl, reset) {
+                return lease.clone();
+            }
+        }
+        let renew = RenewHold {
+            extender: Arc::new(Extender::new(self.keys.clone(), token.to_owned())),
+            me: self.me.clone(),
+        };
+        let lease = Lease::since(self.client.clone(), renew, sent, self.opts.ttl);
+        *spare = Some(lease.clone());
+        lease
+    }
 }
 
 impl Renew for RenewHold {

@@ -10,6 +10,7 @@ mod faults;
 mod fencing;
 mod legacy;
 mod native;
+mod renewal_reuse;
 mod replicas;
 mod restore;
 mod steps;

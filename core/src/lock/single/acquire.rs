@@ -1,24 +1,21 @@
 //! Acquiring a [`Lock`]: reentry, the attempts and the wait, what an
 //! acquire comes to (a hold recorded, or its token abandoned).
 
-use std::sync::Arc;
 use std::time::Instant;
 
-use super::{
-    FIRST_RETRY_PAUSE, Held, Lock, MAX_RETRY_PAUSE, RenewHold, caller_thread_id, time_left,
-};
+use super::{FIRST_RETRY_PAUSE, Held, Lock, MAX_RETRY_PAUSE, caller_thread_id, time_left};
 use crate::budget::Budget;
 use crate::client::Client;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::{LockKeys, new_token};
 use crate::lock::fence::{self, Fence};
 use crate::lock::waiter::{LockWaiter, Trail};
-use crate::lock::{Abandon, Extender, Tried, legacy};
+use crate::lock::{Abandon, Tried, legacy};
 use crate::settle;
 use crate::sync::LockUnpoisoned;
 use crate::validate;
 use crate::wait::{self, Interrupt, Wait, WaitSpec};
-use crate::watchdog::{self, Lease};
+use crate::watchdog;
 
 impl Lock {
     /// Takes the lock, waiting as `wait` allows, on behalf of the calling
@@ -182,23 +179,20 @@ impl Lock {
         }
         let now = Instant::now();
         crate::ops::acquired(&self.me, now.saturating_duration_since(trail.started));
+        let mut st = self.state.lock_unpoisoned();
+        if let Some(old) = st.held.take().and_then(|h| h.lease) {
+            watchdog::unregister(&*old);
+        }
         // A hold that is not renewed gets its extender at its first extend.
+        // A renewed one reuses the lease of the lock's last renewed hold
+        // (`Lock::lease_for`): no allocation.
         let (extender, lease) = if self.opts.auto_renew {
-            let extender = Arc::new(Extender::new(self.keys.clone(), token.clone()));
-            let renew = Box::new(RenewHold {
-                extender: extender.clone(),
-                me: self.me.clone(),
-            });
-            let lease = Lease::new(self.client.clone(), renew, self.opts.ttl);
-            watchdog::register(lease.clone());
-            (Some(extender), Some(lease))
+            let lease = self.lease_for(&mut st.spare, &token, sent);
+            watchdog::register_at(lease.clone(), now);
+            (Some(lease.renewal().extender.clone()), Some(lease))
         } else {
             (None, None)
         };
-        let mut st = self.state.lock_unpoisoned();
-        if let Some(old) = st.held.take().and_then(|h| h.lease) {
-            watchdog::unregister(&old);
-        }
         st.held = Some(Held {
             token,
             fence,
@@ -432,5 +426,48 @@ impl Lock {
             &self.label,
         );
         settle::settle_or_defer(Box::new(abandon), budget)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::client::Client;
+    use crate::lock::LockOptions;
+    use crate::lock::single::Lock;
+    use crate::sync::LockUnpoisoned;
+    use crate::testing::RedisServer;
+
+    /// A renewed hold uses the lease of the lock's hold before (one object,
+    /// the new token), unless something still holds that lease.
+    #[test]
+    fn a_renewed_hold_reuses_the_lease_of_the_hold_before() {
+        let server = RedisServer::start();
+        let client = Client::shared(&server.url()).unwrap();
+        let opts = LockOptions {
+            auto_renew: true,
+            ..LockOptions::default()
+        };
+        let lock = Lock::new(&client, b"reuse", opts).unwrap();
+        let lease_of = |l: &Lock| {
+            let st = l.state.lock_unpoisoned();
+            st.held.as_ref().and_then(|h| h.lease.clone()).unwrap()
+        };
+        assert!(lock.try_acquire().unwrap());
+        let first = Arc::as_ptr(&lease_of(&lock));
+        lock.release().unwrap();
+        assert!(lock.try_acquire().unwrap());
+        let second = lease_of(&lock);
+        assert_eq!(Arc::as_ptr(&second), first, "reused");
+        assert_eq!(second.renewal().extender.token, lock.token().unwrap());
+        assert!(!second.is_lost());
+        // Still held elsewhere (here: by the test) when the next hold starts.
+        lock.release().unwrap();
+        assert!(lock.try_acquire().unwrap());
+        let third = lease_of(&lock);
+        assert!(!Arc::ptr_eq(&second, &third), "a new lease");
+        assert_eq!(third.renewal().extender.token, lock.token().unwrap());
+        lock.release().unwrap();
     }
 }
