@@ -3,7 +3,12 @@
 
 Each process starts `--waiters / --procs` threads; at one agreed instant
 every thread asks for the same lock once (acquire(timeout=120)), holds it
-for `--hold` ms (spinning, so the hold is exact) and releases it. Reported:
+for `--hold` ms (spinning, so the hold is exact) and releases it. Before the
+start each process warms up as the contention workers of bench/run.py do,
+as a service that has run would be: one try-once and one short wait on a
+lock of its own, so that its pooled connection and its wait subscription
+exist (`--cold` leaves that out: then the first hand-overs in each process
+also wait for those to be set up, 2-15 ms each). Reported:
 
 - span efficiency vs ideal: waiters x hold / (last release - first acquire);
 - hand-over: from one holder's release call to the next holder's acquire
@@ -18,7 +23,7 @@ Cases: `plain` (prefix `bench:`: legacy interop off), `fair`, and `legacy`
 free for legacy pollers now and then; the difference is its cost).
 
 Usage: bench/scale.py [--waiters 2000] [--procs 4] [--hold 1] [--runs 1]
-       [--rounds 1] [--cases plain,fair,legacy] [--python PY]
+       [--rounds 1] [--cases plain,fair,legacy] [--cold] [--python PY]
 `--waiters 8 --procs 8 --rounds 500 --hold 2` is the 8-process contention
 case under sustained contention (the cost of legacy interop's turns).
 Starts its own redis-server. Not a test: one run on a shared machine.
@@ -43,15 +48,22 @@ from throwaway import free_port
 WORKER = r"""
 import json, sys, threading, time
 from ferrolock import Lock
-url, name, prefix, fair, threads, hold, start_at, rounds = sys.argv[1:9]
+url, name, prefix, fair, threads, hold, start_at, rounds, cold = sys.argv[1:10]
 threads, hold, start_at, fair = int(threads), float(hold) / 1000, int(start_at), fair == "1"
+if cold != "1":
+    warm = Lock(f"{name}-warm-up-{threading.get_native_id()}", url=url, prefix=prefix)
+    assert warm.acquire(blocking=False)
+    assert not Lock(warm.name, url=url, prefix=prefix).acquire(timeout=0.05)
+    warm.release()
 events = []
 failed = []
+entered = []
 def run():
     lock = Lock(name, url=url, prefix=prefix, fair=fair, ttl=30, auto_renew=False)
     while time.monotonic_ns() < start_at:
         time.sleep(0.0005)
     for _ in range(int(rounds)):
+        entered.append(time.monotonic_ns())
         try:
             assert lock.acquire(timeout=120)
         except Exception as e:
@@ -67,7 +79,7 @@ def run():
 ts = [threading.Thread(target=run) for _ in range(threads)]
 for t in ts: t.start()
 for t in ts: t.join()
-print(json.dumps({"events": events, "failed": failed}))
+print(json.dumps({"events": events, "failed": failed, "entered": entered}))
 """
 
 
@@ -117,7 +129,7 @@ def pct(xs: list[float], p: float) -> float:
 
 
 def one(python: str, port: int, case: str, waiters: int, procs: int, hold: float, run: int,
-        rounds: int = 1) -> dict:
+        rounds: int = 1, cold: bool = False) -> dict:
     url = f"redis://127.0.0.1:{port}/0"
     name = f"scale-{case}-{run}"
     prefix = "Lock:" if case == "legacy" else "bench:"
@@ -125,7 +137,7 @@ def one(python: str, port: int, case: str, waiters: int, procs: int, hold: float
     start_at = time.monotonic_ns() + int(3e9)
     per = waiters // procs
     ps = [subprocess.Popen([python, "-c", WORKER, url, name, prefix, fair, str(per), str(hold), str(start_at),
-                            str(rounds)],
+                            str(rounds), "1" if cold else "0"],
                            stdout=subprocess.PIPE, text=True) for _ in range(procs)]
     calls_before = script_calls(port)
     stop, conns = threading.Event(), []
@@ -145,11 +157,18 @@ def one(python: str, port: int, case: str, waiters: int, procs: int, hold: float
         for a, b in zip(events, events[1:]):
             if b[0] - a[1] > 20e6:
                 print(f"  gap {(b[0] - a[1]) / 1e6:.1f} ms at {(a[1] - t0) / 1e9:.3f} s", file=sys.stderr)
-    if os.environ.get("SCALE_PROFILE"):  # mean hand-over per tenth of the run (debugging)
+    if os.environ.get("SCALE_PROFILE"):  # where the time goes (debugging)
         tenth = max(1, len(handovers) // 10)
         print("  hand-over mean per tenth (us): " + " ".join(
             f"{statistics.mean(handovers[i:i + tenth]):.0f}" for i in range(0, len(handovers), tenth)),
             file=sys.stderr)
+        step = max(1, tenth // 10)
+        print("  first tenth, mean per tenth of it (us): " + " ".join(
+            f"{statistics.mean(handovers[i:i + step]):.0f}" for i in range(0, tenth, step)), file=sys.stderr)
+        ms = sorted((t - start_at) / 1e6 for o in outs for t in o["entered"])
+        print(f"  into acquire (ms after the start): half the threads {ms[len(ms) // 2]:.0f}, "
+              f"all {ms[-1]:.0f}; first acquire returned {(events[0][0] - start_at) / 1e6:.0f}, "
+              f"20th {(events[min(20, len(events) - 1)][0] - start_at) / 1e6:.0f}", file=sys.stderr)
     return {
         "case": case, "waiters": waiters, "procs": procs, "rounds": rounds, "hold_ms": hold,
         "done": len(events),
@@ -171,6 +190,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=1, help="acquisitions per waiter (sustained contention)")
     ap.add_argument("--cases", default="plain,fair,legacy")
+    ap.add_argument("--cold", action="store_true", help="no warm-up before the start (see above)")
     args = ap.parse_args()
     port = free_port()
     d = tempfile.mkdtemp(prefix="ferrolock-scale-")
@@ -187,7 +207,7 @@ def main() -> None:
         results = []
         for run in range(args.runs):
             for case in args.cases.split(","):
-                r = one(args.python, port, case, args.waiters, args.procs, args.hold, run, args.rounds)
+                r = one(args.python, port, case, args.waiters, args.procs, args.hold, run, args.rounds, args.cold)
                 print(json.dumps(r), flush=True)
                 results.append(r)
         if args.runs > 1:

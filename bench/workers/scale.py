@@ -1,6 +1,7 @@
 """Benchmark worker for the scale section: `threads` waiters in one process,
 each with its own Lock object on one name, each taking the lock once and
-holding it `hold_ms` (a sleep), all asking at the start instant.
+holding it `hold_ms` (a sleep), all asking at the start instant, after a
+warm-up (see below).
 
 Protocol as contend.py: ``ready``, start instant on stdin, one JSON line
 (acquire waits in ns, holds [start, end) in monotonic ns, failures), then stay
@@ -19,7 +20,14 @@ from ferrolock import Lock
 url, name, threads, fair, hold_ms, timeout = sys.argv[1:]
 threads, fair, hold, timeout = int(threads), fair == "1", float(hold_ms) / 1000, float(timeout)
 locks = [Lock(name, url=url, ttl=30, fair=fair) for _ in range(threads)]
-locks[0].locked()  # connected before the start
+# Warmed up before the start, as a service that has run would be: the
+# process's pooled connection and its wait subscription exist (one try-once
+# and one short wait on a lock of its own). Cold, the first hand-overs in
+# each process also wait for those to be set up (2-15 ms each).
+warm = Lock(f"{name}-warm-up-{threading.get_native_id()}", url=url)
+assert warm.acquire(blocking=False)
+assert not Lock(warm.name, url=url).acquire(timeout=0.05)
+warm.release()
 waits: list[int] = []
 spans: list[tuple[int, int]] = []
 failures: list[str] = []
