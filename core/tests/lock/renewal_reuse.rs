@@ -93,3 +93,38 @@ fn a_hold_after_a_lost_one_is_neither_lost_nor_left_unrenewed() {
     assert_eq!(holder(&l), Some(token));
     l.release().unwrap();
 }
+
+#[test]
+fn a_hold_handed_over_after_a_wait_longer_than_its_ttl_is_not_lost() {
+    // The holder's TTL is long: the waiter re-checks once a second, not
+    // when the holder's TTL would run out, so its last attempt is up to a
+    // second old when the hold is handed over: more than its own TTL.
+    let mut opts = lock_opts("handed-over-late");
+    opts.ttl = Duration::from_secs(30);
+    let first = Lock::new(&client(), b"x", opts.clone()).unwrap();
+    opts.ttl = Duration::from_millis(300);
+    opts.auto_renew = true;
+    let mut second = Lock::new(&client(), b"x", opts).unwrap();
+    for round in 0..4 {
+        assert!(first.try_acquire().unwrap());
+        let waiting = thread::spawn(move || {
+            let wait = ferrolock::Wait::For(Duration::from_secs(10));
+            let got = second.acquire(wait, None).unwrap();
+            (got, second.lost(), second)
+        });
+        // The hand-over at some point of the waiter's re-check interval.
+        thread::sleep(Duration::from_millis(1100 + 230 * round));
+        first.release().unwrap();
+        let (got, lost, back) = waiting.join().unwrap();
+        assert!(got);
+        // Its TTL ran from the hand-over, not from the wait's last attempt.
+        assert!(
+            !lost,
+            "a hold just handed over is reported lost (round {round})"
+        );
+        thread::sleep(Duration::from_millis(500));
+        assert!(!back.lost(), "renewed");
+        back.release().unwrap();
+        second = back;
+    }
+}

@@ -185,9 +185,14 @@ impl Lock {
         }
         // A hold that is not renewed gets its extender at its first extend.
         // A renewed one reuses the lease of the lock's last renewed hold
-        // (`Lock::lease_for`): no allocation.
+        // (`Lock::lease_for`): no allocation. Its validity counts from the
+        // acquire's round trip; a hold that a wait ended with may have been
+        // handed over by message, after the wait's last round trip (up to a
+        // re-check interval before: more than a short TTL), so it counts from
+        // now, as the watchdog's renewals do.
         let (extender, lease) = if self.opts.auto_renew {
-            let lease = self.lease_for(&mut st.spare, &token, sent);
+            let base = if waited { now } else { sent };
+            let lease = self.lease_for(&mut st.spare, &token, base);
             watchdog::register_at(lease.clone(), now);
             (Some(lease.renewal().extender.clone()), Some(lease))
         } else {
