@@ -226,6 +226,12 @@ class TlsRedisServer(RedisServer):
         wait_port(self.tls_port)
 
 
+# A master waits 5 s (by default) before a diskless full sync, for more replicas to join it:
+# each topology's first sync, and the resync of a failed-over master rejoining as a replica,
+# waited that long for nothing.
+NO_SYNC_DELAY = ("--repl-diskless-sync-delay", "0")
+
+
 def free_port_pair(offset: int = 10000) -> int:
     """A port p such that p and p + offset are both free (cluster bus ports)."""
     for _ in range(100):
@@ -246,7 +252,7 @@ class RedisCluster:
 
     def __init__(self, masters: int = 3, replicas: int = 0):
         self.nodes = [RedisServer("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                                  "--cluster-node-timeout", "2000", port=free_port_pair())
+                                  "--cluster-node-timeout", "2000", *NO_SYNC_DELAY, port=free_port_pair())
                       for _ in range(masters * (1 + replicas))]
         subprocess.run([REDIS_CLI, "--cluster", "create", *[f"127.0.0.1:{n.port}" for n in self.nodes],
                         "--cluster-replicas", str(replicas), "--cluster-yes"], check=True, capture_output=True,
@@ -313,8 +319,8 @@ class SentinelSetup:
     """One master, one replica and three sentinels watching them as `mymaster`."""
 
     def __init__(self, down_after_ms: int = 1000):
-        self.master = RedisServer()
-        self.replica = RedisServer()
+        self.master = RedisServer(*NO_SYNC_DELAY)
+        self.replica = RedisServer(*NO_SYNC_DELAY)  # a master after a failover
         self.replica.cmd("REPLICAOF", "127.0.0.1", self.master.port)
         until = time.monotonic() + 30
         while b"master_link_status:up" not in self.replica.cmd("INFO", "replication"):

@@ -27,6 +27,9 @@ fn pair() -> (RedisServer, RedisServer) {
 }
 
 fn attach(master: &RedisServer, replica: &RedisServer) {
+    // A master waits 5 s (by default) before a diskless full sync, for more
+    // replicas to join it: each attach waited that long for nothing.
+    cmd(master, &["CONFIG", "SET", "repl-diskless-sync-delay", "0"]);
     cmd(
         replica,
         &["REPLICAOF", "127.0.0.1", &master.port().to_string()],
