@@ -30,7 +30,7 @@
 //! crashed holder's lock is taken as soon as it expires). Those re-checks
 //! are the only Redis traffic of an idle waiter; each comes a random part
 //! of up to a quarter interval early, so that waits that began together do
-//! not re-check together (`spread`).
+//! not re-check together (`recheck.rs`).
 //!
 //! # Riding out faults
 //!
@@ -63,10 +63,12 @@
 //! This file holds the [`Wait`] spec, the [`Waiting`] trait (the boundary
 //! with what waits: a lock's acquire, a queue's take) and the machine;
 //! `hub.rs` the shared subscriptions; `ticket.rs` where a waiter's events
-//! arrive; `interrupt.rs` how a wait stays interruptible.
+//! arrive; `interrupt.rs` how a wait stays interruptible; `recheck.rs` when
+//! a waiter re-checks and how long its registration lives.
 
 pub(crate) mod hub;
 pub(crate) mod interrupt;
+mod recheck;
 mod ticket;
 
 use std::sync::Arc;
@@ -75,6 +77,8 @@ use std::time::{Duration, Instant};
 use self::hub::Hub;
 pub(crate) use self::interrupt::pause;
 pub use self::interrupt::{INTERRUPT_SLICE, Interrupt, interrupted};
+pub(crate) use self::recheck::lease_for;
+use self::recheck::spread;
 pub use self::ticket::{Callback, Event, Ticket};
 use crate::budget::Budget;
 use crate::client::Client;
@@ -141,26 +145,6 @@ pub(crate) enum Attempt<T> {
     Done(T),
     /// Not yet: wait for a wake-up, but re-check after at most this long.
     Retry(Option<Duration>),
-}
-
-/// Lease of a waiter registration, from the re-check interval: a waiter that
-/// misses three re-checks in a row is considered gone.
-pub(crate) fn lease_for(recheck: Duration) -> Duration {
-    recheck * 3 + Duration::from_millis(500)
-}
-
-/// A re-check interval, shortened by a random part of up to a quarter:
-/// waits that began together (a burst of callers, a restart that woke every
-/// waiter) drift apart instead of re-checking together every interval, so
-/// their round trips reach the server spread out rather than hundreds at
-/// once. Never longer than `recheck` (the lease counts on it).
-fn spread(recheck: Duration) -> Duration {
-    let quarter = recheck / 4;
-    let nanos = u64::try_from(quarter.as_nanos()).unwrap_or(u64::MAX);
-    if nanos == 0 {
-        return recheck;
-    }
-    recheck - Duration::from_nanos(crate::keys::random_u64() % nanos)
 }
 
 /// How a wait ends for the waiter's registration.
@@ -579,23 +563,5 @@ impl<W: Waiting> Drop for Waiter<W> {
             crate::settle::defer(settlement);
         }
         self.finish(None, Some((until, on_grant)));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_spread_recheck_comes_early_by_up_to_a_quarter_and_never_late() {
-        let recheck = Duration::from_secs(1);
-        let pauses: Vec<Duration> = (0..1000).map(|_| spread(recheck)).collect();
-        assert!(pauses.iter().all(|p| *p <= recheck && *p > recheck * 3 / 4));
-        let early = pauses.iter().filter(|p| **p < recheck * 7 / 8).count();
-        assert!(
-            (300..=700).contains(&early),
-            "spread over the quarter: {early} of 1000 in its first half"
-        );
-        assert_eq!(spread(Duration::ZERO), Duration::ZERO);
     }
 }
