@@ -130,7 +130,9 @@ def _handle(
     origin: str = "",
 ) -> None:
     logger = logging.getLogger(_AREAS.get(kind, "ferrolock"))
-    extra: dict[str, object] = {"ferrolock_event": kind, "ferrolock_name": name}
+    # `at`: when it happened (unix s); the record is made when it is logged,
+    # up to a batch window later (see the core's ops/events.rs).
+    extra: dict[str, object] = {"ferrolock_event": kind, "ferrolock_name": name, "ferrolock_at": at}
     if holder or origin:
         # A forced release: the (shortened) token of the hold it ended, and
         # where it came from ("inspector": the CLI's release --force; "lock").

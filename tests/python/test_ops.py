@@ -123,6 +123,7 @@ def test_on_lost_must_be_callable(redis_server, name):
 def test_slow_acquires_and_dead_letters_are_logged(redis_server, name, caplog):
     caplog.set_level(logging.INFO, logger="ferrolock")
     set_slow_acquire(0.2)
+    started = time.time()
     try:
         holder = Lock(name, url=redis_server.url, auto_renew=False)
         holder.acquire()
@@ -134,6 +135,8 @@ def test_slow_acquires_and_dead_letters_are_logged(redis_server, name, caplog):
         timer.join()
         wait_for(lambda: any(r.ferrolock_event == "slow_acquire" for r in caplog.records  # type: ignore[attr-defined]
                              if hasattr(r, "ferrolock_event")), "the slow acquire logged")
+        slow = next(r for r in caplog.records if getattr(r, "ferrolock_event", None) == "slow_acquire")
+        assert started <= slow.ferrolock_at <= slow.created, "when it happened, not when logged"  # type: ignore[attr-defined]
         # Below the threshold: not logged.
         caplog.clear()
         with Lock(name, url=redis_server.url):
