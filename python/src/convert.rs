@@ -90,7 +90,12 @@ where
             interrupted("signal")
         })
     };
-    let result = py.detach(|| f(Some(&hook)));
+    // Without a cancel flag, a hook off the main thread has nothing to
+    // check: the wait then sleeps until its next event or re-check instead
+    // of waking every 50 ms (2,000 waiting threads woke 40,000 times a
+    // second for nothing).
+    let needed = cancel.is_some() || main;
+    let result = py.detach(|| f(needed.then_some(&hook as Interrupt<'_>)));
     match result {
         Ok(v) => Ok(v),
         Err(e) => match pending.lock().ok().and_then(|mut p| p.take()) {
