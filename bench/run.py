@@ -30,8 +30,10 @@ drain        worker loops draining no-op jobs with 1 and 4 consumer processes:
              commands and CPU per 1000 jobs (INFO commandstats / INFO cpu),
              client commands per job (MONITOR), enqueue->start latency with an
              idle worker.
-scale        2,000 waiters (4 processes x 500 threads) x 1 ms holds on one
-             lock: efficiency, hand-over p99, server connections during the run.
+scale        2,000 waiters (4 processes x 500 threads) x 1 ms holds (spinning)
+             on one lock, plain and fair taking turns, --runs times: efficiency,
+             hand-over p99, server connections during the run (medians; the
+             connections and failures of the worst run).
 asyncio      one task's acquire+release cycles per second (share of the
              round-trip limit, interleaved with it), and 100 tasks of one
              process x 5 critical sections (sleep 2 ms + GET + SET through
@@ -859,8 +861,10 @@ def section_scale(server: Server, args: argparse.Namespace) -> dict:
     threads = args.scale_waiters // procs
     out: dict[str, Any] = {"shape": f"{procs * threads} waiters ({procs} processes x {threads} threads) x "
                                     f"{hold_ms:g} ms holds on one lock", "runs": {}, "summary": {}}
-    for fair in (False, True):
+    for i, fair in [(i, fair) for i in range(args.runs) for fair in (False, True)]:
         label = "ferrolock fair (Python)" if fair else "ferrolock (Python)"
+        if "error" in out["summary"].get(label, {}):
+            continue
         name = f"bench-scale-{time.monotonic_ns()}"
         cmd = [sys.executable, str(WORKERS / "scale.py"), server.url, name, str(threads), "1" if fair else "0",
                str(hold_ms), str(args.scale_timeout)]
@@ -908,11 +912,25 @@ def section_scale(server: Server, args: argparse.Namespace) -> dict:
              "connections_max": max([x["connections"] for x in samples], default=idle["connections"]),
              "subscribers_max": max([x["subscribers"] for x in samples], default=idle["subscribers"]),
              "blocked_max": max([x["blocked"] for x in samples], default=idle["blocked"])}
-        out["summary"][label] = s
-        log(f"   {label}: {s['done']}/{s['waiters']} done, {s['failures']} failed, span {s['span_s']:.1f} s, "
+        out["runs"].setdefault(label, []).append(s)
+        log(f"   [{i + 1}/{args.runs}] {label}: {s['done']}/{s['waiters']} done, {s['failures']} failed, "
+            f"span {s['span_s']:.1f} s, "
             f"efficiency {s['efficiency']:.2f} (nominal {s['efficiency_nominal']:.2f}), hand-over p50 "
             f"{f2(s['handover_p50_ms'])} p99 {f2(s['handover_p99_ms'])} ms, connections {s['connections_idle']} idle / "
             f"{s['connections_max']} max, subscribers max {s['subscribers_max']}")
+    for label, runs in out["runs"].items():
+        if "error" in out["summary"].get(label, {}):
+            continue  # a run that failed is the result
+        # Medians of the runs; failures and connections: the worst run.
+        m: dict[str, Any] = {k: median([r[k] for r in runs]) for k in runs[0]
+                             if k not in ("failure_kinds", "failures", "done") and runs[0][k] is not None}
+        m.update({k: max(r[k] for r in runs) for k in ("failures", "connections_max", "subscribers_max",
+                                                           "blocked_max")})
+        m["done"] = min(r["done"] for r in runs)
+        m["failure_kinds"] = sorted({f for r in runs for f in r["failure_kinds"]})[:5]
+        m["efficiency_range"] = [min(r["efficiency"] for r in runs), max(r["efficiency"] for r in runs)]
+        m["runs"] = len(runs)
+        out["summary"][label] = m
     return out
 
 
@@ -1296,8 +1314,10 @@ def details(res: dict) -> str:
         out.append("")
     if "scale" in sec and "summary" in sec["scale"]:
         s = sec["scale"]
-        out += [f"**Scale**: {s['shape']}. Efficiency = sum of holds ÷ span (nominal: waiters × 1 ms ÷ span); "
-                "hand-over = gap between consecutive holds; connections from CLIENT LIST every 0.2 s.", "",
+        out += [f"**Scale**: {s['shape']}. Efficiency = sum of holds ÷ span (nominal: waiters × 1 ms ÷ span; "
+                "the holds spin, so the two agree); hand-over = gap between consecutive holds; connections from "
+                "CLIENT LIST every 0.2 s. Medians of the runs (efficiency: range in brackets); connections and "
+                "failures: the worst run.", "",
                 "| lock | done | failed | span s | efficiency (nominal) | hand-over p50 / p99 ms | wait p99 ms | "
                 "connections idle / max | subscribers max | blocked max |",
                 "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -1306,7 +1326,8 @@ def details(res: dict) -> str:
                 out.append(f"| {n} | {x['error']} | | | | | | | | |")
                 continue
             out.append(f"| {n} | {x['done']} | {x['failures']} | {x['span_s']:.1f} | {f2(x['efficiency'])} "
-                       f"({f2(x['efficiency_nominal'])}) | {f2(x['handover_p50_ms'])} / {f2(x['handover_p99_ms'])} | "
+                       f"({f2(x['efficiency_nominal'])}) [{f2(x['efficiency_range'][0])}–"
+                       f"{f2(x['efficiency_range'][1])}] | {f2(x['handover_p50_ms'])} / {f2(x['handover_p99_ms'])} | "
                        f"{f2(x['wait_p99_ms'])} | {x['connections_idle']} / {x['connections_max']} | "
                        f"{x['subscribers_max']} | {x['blocked_max']} |")
         out.append("")

@@ -1,7 +1,8 @@
 """Benchmark worker for the scale section: `threads` waiters in one process,
 each with its own Lock object on one name, each taking the lock once and
-holding it `hold_ms` (a sleep), all asking at the start instant, after a
-warm-up (see below).
+holding it `hold_ms` (spinning, as bench/scale.py's workers do: a sleep
+overshoots by 0.05-0.1 ms, a tenth of a 1 ms hold), all asking at the start
+instant, after a warm-up (see below).
 
 Protocol as contend.py: ``ready``, start instant on stdin, one JSON line
 (acquire waits in ns, holds [start, end) in monotonic ns, failures), then stay
@@ -52,7 +53,9 @@ def waiter(lock: Lock) -> None:
             failures.append("timeout")
         return
     t1 = time.monotonic_ns()
-    time.sleep(hold)
+    until = time.perf_counter() + hold
+    while time.perf_counter() < until:  # spinning: the hold is exact (a sleep overshoots it)
+        pass
     t2 = time.monotonic_ns()
     lock.release()
     with mutex:
