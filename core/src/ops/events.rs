@@ -9,8 +9,11 @@
 //! PHP extension calls its lost-lock hook at the next call into it (PHP is
 //! single-threaded); a Rust program reads them with [`wait`] or [`drain`].
 //!
-//! Nothing is kept until a listener calls [`enable`]: then an event costs
-//! one atomic load where it would happen.
+//! Nothing is kept until a listener calls [`enable`]: until then an event
+//! costs one atomic load where it would happen. The queue holds the latest
+//! [`CAPACITY`] events; older ones are dropped (and counted: [`dropped`]).
+//! A forked child starts with an empty queue (the parent's events are the
+//! parent's to report).
 //!
 //! A waiting listener gets the first event of a quiet spell at once, and
 //! what follows in batches, at most one per [`BATCH_WINDOW`], except a lost
@@ -18,10 +21,7 @@
 //! (a thousand waiters each reporting a slow acquire) so wakes the Python
 //! listener, a thread that needs the GIL, ten times a second rather than a
 //! thousand: at 2,000 waiters its wake-ups took a twentieth of the lock's
-//! throughput, competing for the GIL with the holder and the next waiter. The queue holds the latest
-//! [`CAPACITY`] events; older ones are dropped (and counted: [`dropped`]).
-//! A forked child starts with an empty queue (the parent's events are the
-//! parent's to report).
+//! throughput, competing for the GIL with the holder and the next waiter.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
