@@ -330,6 +330,16 @@ fn errors_name_the_problem_the_server_and_the_timeout() {
         start.elapsed() < Duration::from_millis(900),
         "fails at once"
     );
+    // Again and again: each failed connection gives its place in the pool
+    // back (a place leaked per call would leave the 33rd waiting).
+    for call in 0..40 {
+        let err = l.try_acquire().unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("does not speak the Redis protocol"),
+            "call {call}: {err}"
+        );
+    }
     // The same with a password (the handshake's AUTH gets the HTTP reply).
     let url = format!("redis://:secret@127.0.0.1:{port}/0?timeout=1");
     let c = Client::new(Config::from_url(&url).unwrap()).unwrap();

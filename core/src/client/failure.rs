@@ -35,7 +35,10 @@ impl Client {
         if !reused && e.kind() == redis::ErrorKind::Parse {
             // The first reply of a new connection is not RESP: the peer is
             // not a Redis server (an HTTP server, a proxy's error page, a
-            // TLS port spoken to in plain text), so nothing ran.
+            // TLS port spoken to in plain text), so nothing ran. Its place
+            // in the pool is freed.
+            drop(conn);
+            self.inner.pool.discard();
             return self.not_redis(&e).context(context);
         }
         // A server error reply leaves the connection usable; anything else
