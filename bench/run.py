@@ -1447,7 +1447,13 @@ def main() -> int:
     os.environ["REDIS_URL"] = server.url
     try:
         for name in sections:
-            log(f"{name} ...")
+            # Every section starts on an empty server: what one leaves (the
+            # queue sections leave hundreds of thousands of keys, many with
+            # a TTL that the server's expiry cycle keeps sampling) is not the
+            # next one's to pay for.
+            left = server.r.dbsize()
+            server.r.flushall()
+            log(f"{name} ..." + (f" ({left:,} keys left by the sections before: flushed)" if left else ""))
             t0 = time.monotonic()
             try:
                 res["sections"][name] = globals()[f"section_{name}"](server, args)
