@@ -1448,9 +1448,8 @@ def main() -> int:
     try:
         for name in sections:
             # Every section starts on an empty server: what one leaves (the
-            # queue sections leave hundreds of thousands of keys, many with
-            # a TTL that the server's expiry cycle keeps sampling) is not the
-            # next one's to pay for.
+            # drain section, some 15,000 keys) is not the next one's to pay
+            # for.
             left = server.r.dbsize()
             server.r.flushall()
             log(f"{name} ..." + (f" ({left:,} keys left by the sections before: flushed)" if left else ""))
