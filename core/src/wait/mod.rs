@@ -49,18 +49,18 @@
 //!
 //! # Driving a wait step by step
 //!
-//! The loop is a state machine ([`Waiter`]): each [`Waiter::step`] makes at
+//! The loop is a state machine (`Waiter`): each `Waiter::step` makes at
 //! most one short round trip and says when to call again ([`Step::Wait`]):
 //! at an instant, or earlier if the waiter's [`Ticket`] gets an event. The
-//! blocking form ([`wait_loop`]) waits on the ticket's condition variable in
-//! 50 ms slices (for the interrupt hook); an event loop runs each step on an
+//! blocking form (`wait_loop`) waits on the ticket's condition variable (in
+//! 50 ms slices when it has an interrupt hook); an event loop runs each step on an
 //! executor and waits on the ticket's callback instead, so the semantics
 //! stay here. [`AcquireSteps`](crate::AcquireSteps) is the
 //! public form for a lock.
 //!
 //! # The rooms
 //!
-//! This file holds the [`Wait`] spec, the [`Waiting`] trait (the boundary
+//! This file holds the [`Wait`] spec, the `Waiting` trait (the boundary
 //! with what waits: a lock's acquire, a queue's take) and the machine;
 //! `hub.rs` the shared subscriptions; `ticket.rs` where a waiter's events
 //! arrive; `interrupt.rs` how a wait stays interruptible; `recheck.rs` when
@@ -264,12 +264,12 @@ pub(crate) fn wait_loop<W: Waiting>(
     }
 }
 
-/// What a [`Waiter`] step concluded.
+/// What a `Waiter` step concluded.
 #[derive(Debug)]
 pub enum Step<T> {
     /// The wait is over: its result (`None`: the deadline passed first).
     Done(Option<T>),
-    /// Call [`Waiter::step`] again at this instant, or as soon as the
+    /// Call `Waiter::step` again at this instant, or as soon as the
     /// waiter's ticket has an event ([`Ticket::wait`] / [`Ticket::on_event`]).
     Wait(Instant),
 }
