@@ -132,9 +132,10 @@ test-fast: ## Run the tests without rebuilding or installing anything (FERROLOCK
 	$(PYTHON) -m pytest tests -x
 
 .PHONY: lint
-lint: ## cargo fmt --check, clippy -D warnings, ruff, php -l
+lint: ## cargo fmt --check, clippy -D warnings, rustdoc -D warnings, ruff, php -l
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 	$(PYTHON) -m ruff check python tests bench scripts
 	php -n -l php/ferrolock.stubs.php
 	@for f in $$(find tests php/bridge -name '*.php' | sort); do php -n -l $$f >/dev/null || exit 1; done
