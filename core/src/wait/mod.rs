@@ -53,9 +53,9 @@
 //! most one short round trip and says when to call again ([`Step::Wait`]):
 //! at an instant, or earlier if the waiter's [`Ticket`] gets an event. The
 //! blocking form (`wait_loop`) waits on the ticket's condition variable (in
-//! 50 ms slices when it has an interrupt hook); an event loop runs each step on an
-//! executor and waits on the ticket's callback instead, so the semantics
-//! stay here. [`AcquireSteps`](crate::AcquireSteps) is the
+//! 50 ms slices when it has an interrupt hook); an event loop runs each step
+//! on an executor and waits on the ticket's callback instead, so the
+//! semantics stay here. [`AcquireSteps`](crate::AcquireSteps) is the
 //! public form for a lock.
 //!
 //! # The rooms

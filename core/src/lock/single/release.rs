@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 
 use super::{FIRST_RETRY_PAUSE, Held, Lock, MAX_RETRY_PAUSE};
 use crate::budget::Budget;
+#[cfg(doc)]
+use crate::error::ErrorKind;
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 use crate::lock::{ReleaseHold, legacy};
@@ -48,7 +50,7 @@ impl Lock {
         Ok(released >= 1)
     }
 
-    /// Releases the lock. Fails with [`ErrorKind::NotOwned`](crate::ErrorKind::NotOwned) when this object
+    /// Releases the lock. Fails with [`ErrorKind::NotOwned`] when this object
     /// does not hold it (never acquired, expired, taken over, lost in a
     /// failover, or acquired by the parent of this forked process). A
     /// reentrant lock is released in Redis by the last of its nested
@@ -194,7 +196,7 @@ impl Lock {
     /// owner is stuck or gone. Runs the release script with the holder's
     /// token, so the lock goes to the oldest waiter as on any release, and
     /// the holder's next release or extend fails with
-    /// [`ErrorKind::NotOwned`](crate::ErrorKind::NotOwned). True when this call ended a hold; false when
+    /// [`ErrorKind::NotOwned`]. True when this call ended a hold; false when
     /// the lock was free (or changed hands three times while this looked).
     /// Reported as a forced release event (`ops::events`) naming the token
     /// it ended and `lock` as its origin.
