@@ -8,7 +8,8 @@ Protocol as contend.py: ``ready``, start instant on stdin, one JSON line
 (acquire waits in ns, holds [start, end) in monotonic ns, failures), then stay
 until stdin closes.
 
-Usage: scale.py <url> <lock name> <threads> <fair 0|1> <hold_ms> <timeout_s>
+Usage: scale.py <url> <lock name> <threads> <fair 0|1> <hold_ms> <timeout_s> <prefix>
+(prefix `Lock:` turns legacy interop on, any other prefix leaves it off)
 """
 
 import json
@@ -18,16 +19,16 @@ import time
 
 from ferrolock import Lock
 
-url, name, threads, fair, hold_ms, timeout = sys.argv[1:]
+url, name, threads, fair, hold_ms, timeout, prefix = sys.argv[1:]
 threads, fair, hold, timeout = int(threads), fair == "1", float(hold_ms) / 1000, float(timeout)
-locks = [Lock(name, url=url, ttl=30, fair=fair) for _ in range(threads)]
+locks = [Lock(name, url=url, ttl=30, fair=fair, prefix=prefix) for _ in range(threads)]
 # Warmed up before the start, as a service that has run would be: the
 # process's pooled connection and its wait subscription exist (one try-once
 # and one short wait on a lock of its own). Cold, the first hand-overs in
 # each process also wait for those to be set up (2-15 ms each).
-warm = Lock(f"{name}-warm-up-{threading.get_native_id()}", url=url)
+warm = Lock(f"{name}-warm-up-{threading.get_native_id()}", url=url, prefix=prefix)
 assert warm.acquire(blocking=False)
-assert not Lock(warm.name, url=url).acquire(timeout=0.05)
+assert not Lock(warm.name, url=url, prefix=prefix).acquire(timeout=0.05)
 warm.release()
 waits: list[int] = []
 spans: list[tuple[int, int]] = []
