@@ -250,6 +250,45 @@ impl RedisServer {
             .expect("connect to test redis-server")
     }
 
+    /// Makes this server a replica of `master` and waits until the copy is
+    /// in sync: online for the master, and done loading on this side (only
+    /// then does it answer the master's `GETACK`, which `WAIT` needs).
+    pub fn replicate(&self, master: &RedisServer) {
+        let info = |server: &RedisServer| -> String {
+            redis::cmd("INFO")
+                .arg("replication")
+                .query(&mut server.conn())
+                .expect("INFO replication of test redis-server")
+        };
+        // A master waits 5 s (by default) before a diskless full sync, for
+        // more replicas to join it: each attach would wait that long for
+        // nothing.
+        let () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("repl-diskless-sync-delay")
+            .arg("0")
+            .query(&mut master.conn())
+            .expect("CONFIG SET on test redis-server");
+        let () = redis::cmd("REPLICAOF")
+            .arg("127.0.0.1")
+            .arg(master.port())
+            .query(&mut self.conn())
+            .expect("REPLICAOF on test redis-server");
+        let until = Instant::now() + Duration::from_secs(20);
+        loop {
+            let (theirs, own) = (info(master), info(self));
+            if theirs.contains("connected_slaves:1")
+                && theirs.contains("state=online")
+                && own.contains("master_link_status:up")
+                && own.contains("master_sync_in_progress:0")
+            {
+                return;
+            }
+            assert!(Instant::now() < until, "the replica did not sync: {theirs}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Waits until the server has been up for `time`, as it counts (whole
     /// seconds of `uptime_in_seconds`): a Redlock master that started less
     /// than one TTL ago has no vote.

@@ -22,40 +22,8 @@ fn cmd(server: &RedisServer, args: &[&str]) -> redis::Value {
 fn pair() -> (RedisServer, RedisServer) {
     let master = RedisServer::start();
     let replica = RedisServer::start();
-    attach(&master, &replica);
+    replica.replicate(&master);
     (master, replica)
-}
-
-fn attach(master: &RedisServer, replica: &RedisServer) {
-    // A master waits 5 s (by default) before a diskless full sync, for more
-    // replicas to join it: each attach waited that long for nothing.
-    cmd(master, &["CONFIG", "SET", "repl-diskless-sync-delay", "0"]);
-    cmd(
-        replica,
-        &["REPLICAOF", "127.0.0.1", &master.port().to_string()],
-    );
-    let until = Instant::now() + Duration::from_secs(20);
-    loop {
-        let info: String = redis::cmd("INFO")
-            .arg("replication")
-            .query(&mut master.conn())
-            .unwrap();
-        let own: String = redis::cmd("INFO")
-            .arg("replication")
-            .query(&mut replica.conn())
-            .unwrap();
-        // Online for the master, and done loading its copy (it answers the
-        // master's GETACK, which WAIT needs, only then).
-        if info.contains("connected_slaves:1")
-            && info.contains("state=online")
-            && own.contains("master_link_status:up")
-            && own.contains("master_sync_in_progress:0")
-        {
-            return;
-        }
-        assert!(Instant::now() < until, "the replica did not sync: {info}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// Acquires `lock` once its replica confirms in time (on a loaded machine a
@@ -128,7 +96,7 @@ fn too_few_replicas_fail_fast_and_a_reattached_one_is_seen_within_a_second() {
     assert!(!locked(&master, &lock));
 
     // It comes back: acquires succeed again as soon as it is online.
-    attach(&master, &replica);
+    replica.replicate(&master);
     let back = Instant::now();
     while lock.try_acquire().is_err() {
         assert!(back.elapsed() < Duration::from_secs(3), "recovered");

@@ -12,28 +12,9 @@ use ferrolock::{Client, Config, Error, ErrorKind, Outcome, Queue, Wait, Worker, 
 use crate::common::queue_opts;
 
 fn replica_of(master: &RedisServer) -> RedisServer {
-    // A master waits 5 s (by default) before a diskless full sync, for more
-    // replicas to join it: each attach waited that long for nothing.
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("repl-diskless-sync-delay")
-        .arg("0")
-        .query(&mut master.conn())
-        .unwrap();
-    let port = master.port().to_string();
-    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
-    let until = Instant::now() + Duration::from_secs(20);
-    loop {
-        let info: String = redis::cmd("INFO")
-            .arg("replication")
-            .query(&mut master.conn())
-            .unwrap();
-        if info.contains("connected_slaves:1") && info.contains("state=online") {
-            return replica;
-        }
-        assert!(Instant::now() < until, "the replica did not attach: {info}");
-        thread::sleep(Duration::from_millis(50));
-    }
+    let replica = RedisServer::start();
+    replica.replicate(master);
+    replica
 }
 
 fn zcard(server: &RedisServer, key: &[u8]) -> i64 {
