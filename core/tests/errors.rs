@@ -292,16 +292,23 @@ fn a_wait_refused_its_wake_up_channel_says_so_at_once() {
 /// A server on a free port that answers every read with `reply` (an HTTP
 /// server, or a fake Redis answering with one fixed error).
 fn fake_server(reply: &'static [u8]) -> u16 {
+    fake_server_with(move |_| reply)
+}
+
+/// A server on a free port that answers each read (one command: the
+/// client writes each in one piece) with what `answer` gives for it.
+fn fake_server_with(answer: impl Fn(&[u8]) -> &'static [u8] + Clone + Send + 'static) -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     thread::spawn(move || {
         for conn in listener.incoming() {
             let Ok(mut conn) = conn else { return };
+            let answer = answer.clone();
             thread::spawn(move || {
                 use std::io::{Read, Write};
                 let mut buf = [0u8; 4096];
                 while let Ok(n) = conn.read(&mut buf) {
-                    if n == 0 || conn.write_all(reply).is_err() {
+                    if n == 0 || conn.write_all(answer(&buf[..n])).is_err() {
                         return;
                     }
                 }
@@ -309,6 +316,41 @@ fn fake_server(reply: &'static [u8]) -> u16 {
         }
     });
     port
+}
+
+/// A peer that answers the connection's `INFO server` probe as a Redis 7
+/// would and every command after it like an HTTP server: each connection's
+/// first command fails to parse (not the handshake), the branch of a round
+/// trip that drops a new connection. Each must give its place in the pool
+/// back, or the 33rd call waits for one.
+#[test]
+fn a_peer_that_stops_speaking_redis_after_the_probe_leaks_no_pool_place() {
+    let port = fake_server_with(|command| {
+        if command.windows(4).any(|w| w.eq_ignore_ascii_case(b"INFO")) {
+            b"$24\r\nredis_version:7.0.15\r\n\r\n\r\n"
+        } else {
+            b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"
+        }
+    });
+    let url = format!("redis://127.0.0.1:{port}/0?timeout=1");
+    let c = Client::new(Config::from_url(&url).unwrap()).unwrap();
+    let l = Lock::new(&c, b"x", LockOptions::default()).unwrap();
+    let start = Instant::now();
+    for call in 0..40 {
+        let err = l.try_acquire().unwrap_err();
+        assert!(err.is_connection(), "call {call}: {err}");
+        assert!(!err.outcome_unknown(), "call {call}: nothing ran: {err}");
+        assert!(
+            err.to_string()
+                .contains("does not speak the Redis protocol"),
+            "call {call}: {err}"
+        );
+    }
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "no call waited for a pool place: {:?}",
+        start.elapsed()
+    );
 }
 
 /// Issue 26.5: errors that name the problem, the server and the timeout.
