@@ -395,7 +395,9 @@ final class Lock
      * Adopts the hold of `$token` (another object's or process's `token()`:
      * Laravel's restoreLock, a serialized Symfony key): a lock that holds it
      * (checked in Redis, its TTL left as it is), with the same settings as the
-     * constructor. Its fencing token is drawn anew when first read.
+     * constructor. With `autoRenew` the watchdog renews it from there: at once
+     * when less than two thirds of the TTL are left. Its fencing token is
+     * drawn anew when first read.
      *
      * @throws LockNotOwnedException when the token holds nothing (anymore).
      */

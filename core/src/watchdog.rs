@@ -176,6 +176,13 @@ impl<R: Renew + ?Sized> Lease<R> {
         epoch() + Duration::from_nanos(self.valid_until.load(Ordering::Acquire))
     }
 
+    /// The hold is ours only until `until` (sooner than its lease says): an
+    /// adopted hold, valid for what is left of the key's TTL.
+    pub(crate) fn limit_validity(&self, until: Instant) {
+        self.valid_until
+            .fetch_min(since_epoch(until), Ordering::AcqRel);
+    }
+
     /// A renewal to `ttl_ms`, sent at `sent`, succeeded.
     fn confirmed(&self, sent: Instant, ttl_ms: u64) {
         self.valid_until.fetch_max(
@@ -301,8 +308,26 @@ pub(crate) fn register(lease: Arc<Lease>) {
 
 /// [`register`] for a hold taken at `now` (a clock read the caller made).
 pub(crate) fn register_at(lease: Arc<Lease>, now: Instant) {
+    let due = now + lease.ttl() / 3;
+    insert(lease, due);
+}
+
+/// [`register`] for a hold adopted by its token, valid for less than a
+/// whole TTL (what was left of the key's, see [`Lease::limit_validity`]):
+/// renewed, as any hold, once no more than two thirds of the TTL are left,
+/// so at once when fewer are.
+pub(crate) fn register_adopted(lease: Arc<Lease>, now: Instant) {
+    let ttl = lease.ttl();
+    let due = lease
+        .valid_until()
+        .checked_sub(ttl - ttl / 3)
+        .map_or(now, |due| due.max(now));
+    insert(lease, due);
+}
+
+/// Starts renewing `lease`, first at `due`.
+fn insert(lease: Arc<Lease>, due: Instant) {
     let period = lease.ttl() / 3;
-    let due = now + period;
     let mut st = state();
     st.idle_nap = st.idle_nap.min(period.max(MIN_IDLE_NAP));
     st.entries.push(Entry { due, lease });

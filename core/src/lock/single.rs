@@ -149,7 +149,8 @@ impl Lock {
     /// (Laravel's `restoreLock($name, $owner)`, a serialized Symfony lock
     /// key). One round trip checks that `token` still holds the lock: if it
     /// does, the returned lock holds it as if it had acquired it (depth 1;
-    /// the key's TTL is left as it is; auto-renewal, if set, starts now);
+    /// the key's TTL is left as it is; auto-renewal, if set, starts now,
+    /// renewing at once when less than two thirds of the TTL are left);
     /// if not, [`ErrorKind::NotOwned`] (expired, released, taken over, or
     /// never a token of this lock). The hold's fencing token is drawn anew
     /// when first read ([`Lock::fencing_token`]): larger than the one the
@@ -170,20 +171,20 @@ impl Lock {
                 lock.not_owned("the token does not hold it (expired, released or taken over)")
             );
         }
+        // Valid for what is left of the key's TTL (none left, or no TTL at
+        // all: not known to be valid).
+        let left = Duration::from_millis(u64::try_from(pttl).unwrap_or(0));
         let mut st = lock.state.lock_unpoisoned();
         let lease = lock.opts.auto_renew.then(|| {
-            let now = Instant::now();
-            let lease = lock.lease_for(&mut st.spare, token, now);
-            watchdog::register_at(lease.clone(), now);
+            let lease = lock.lease_for(&mut st.spare, token, sent);
+            lease.limit_validity(sent + left);
+            watchdog::register_adopted(lease.clone(), Instant::now());
             lease
         });
         let extender = match &lease {
             Some(lease) => lease.renewal().extender.clone(),
             None => Arc::new(Extender::new(lock.keys.clone(), token.to_owned())),
         };
-        // Valid for what is left of the key's TTL (none left, or no TTL at
-        // all: not known to be valid).
-        let left = Duration::from_millis(u64::try_from(pttl).unwrap_or(0));
         st.held = Some(Held {
             token: token.to_owned(),
             fence: None,

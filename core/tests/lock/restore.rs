@@ -51,6 +51,29 @@ fn a_restored_lock_renews_when_asked() {
     b.release().unwrap();
 }
 
+/// A hold restored with little of its TTL left is renewed before that runs
+/// out, not a third of the TTL after the restore.
+#[test]
+fn a_restored_lock_with_little_ttl_left_is_renewed_in_time() {
+    let c = client();
+    let mut opts = lock_opts("restore-late");
+    opts.ttl = Duration::from_millis(1500);
+    let a = Lock::new(&c, b"x", opts.clone()).unwrap();
+    assert!(a.try_acquire().unwrap());
+    // 300 ms left: a first renewal a third of the TTL (500 ms) after the
+    // restore would come after the key expired.
+    let _: () = raw().pexpire(a.key(), 300).unwrap();
+    opts.auto_renew = true;
+    let b = Lock::restore(&c, b"x", opts, &a.token().unwrap()).unwrap();
+    a.forget();
+    std::thread::sleep(Duration::from_millis(800));
+    assert!(b.owned().unwrap(), "renewed before its 300 ms ran out");
+    assert!(!b.lost());
+    let pttl: i64 = raw().pttl(b.key()).unwrap();
+    assert!(pttl > 300, "renewed to the lock's TTL: {pttl}");
+    b.release().unwrap();
+}
+
 #[test]
 fn force_release_frees_any_hold_and_wakes_a_waiter() {
     let c = client();
