@@ -28,7 +28,7 @@ namespace {
  * `unix://`, `redis+sentinel://`, `redis+cluster://`), or an array like the
  * legacy RedisFactory (`host`, `port`, `password`, `database`, plus `url`,
  * `username`, `timeout`, `tls`, `prefix`; RedisLock also `servers`, `fair`,
- * `auto_renew`, `min_replicas`; RedisQueue also `lock_prefix`), or null: ini `ferrolock.url`,
+ * `auto_renew`, `min_replicas`, `legacy_interop`; RedisQueue also `lock_prefix`), or null: ini `ferrolock.url`,
  * else `$REDIS_URL`, else `redis://127.0.0.1:6379/0`. An array without `url`,
  * `host`, `port`, `password` or `database` means that default server, with its
  * `timeout`, `username` and `tls` applied. An array with `url` applies its
@@ -85,7 +85,10 @@ class RedisLock
      *        for a single server only); 'min_replicas' => n confirms each
      *        lock() on n replicas (WAIT) or undoes it and throws
      *        RedisLockException, at once while the master has fewer replicas
-     *        connected; 'prefix' => key prefix (default 'Lock:').
+     *        connected; 'prefix' => key prefix (default 'Lock:');
+     *        'legacy_interop' => false stops leaving the key free now and
+     *        then for legacy SETNX pollers under sustained contention (on by
+     *        default for the prefix 'Lock:': see docs/migration.md).
      */
     public function __construct(string|array|null $param = null) {}
 
@@ -353,7 +356,7 @@ class ConnectionException extends FerrolockException {}
  * stops).
  *
  * Settings come as named arguments or in `$options` (or both, each setting
- * once; `$options` also takes `auto_renew` and `min_replicas`):
+ * once; `$options` also takes `auto_renew`, `min_replicas` and `legacy_interop`):
  * - ttl (int|float, default 30): lifetime of the key in seconds, from 0.001;
  * - timeout (int|float|null, default null): acquire()'s default wait; null
  *   waits as long as it takes, 0 tries once;
@@ -366,7 +369,11 @@ class ConnectionException extends FerrolockException {}
  *   tls); `url` (string): a URL; neither: ini ferrolock.url, else
  *   $REDIS_URL, else redis://127.0.0.1:6379/0;
  * - prefix (string, default 'Lock:'): key prefix;
- * - minReplicas (int, default 0): confirm each acquire on that many replicas.
+ * - minReplicas (int, default 0): confirm each acquire on that many replicas;
+ * - legacyInterop (bool|null, default null): give legacy SETNX pollers (the
+ *   hand-rolled RedisLock) a turn now and then under sustained contention (a
+ *   release leaves the key free for 150 ms at most once every 2 s); null: on
+ *   for the prefix 'Lock:', off otherwise (docs/migration.md).
  */
 final class Lock
 {
@@ -389,6 +396,7 @@ final class Lock
         ?string $url = null,
         ?string $prefix = null,
         ?int $minReplicas = null,
+        ?bool $legacyInterop = null,
     ) {}
 
     /**
@@ -414,6 +422,7 @@ final class Lock
         ?string $url = null,
         ?string $prefix = null,
         ?int $minReplicas = null,
+        ?bool $legacyInterop = null,
     ): Lock {}
 
     /**

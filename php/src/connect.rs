@@ -33,6 +33,8 @@ pub struct Settings {
     pub auto_renew: bool,
     /// Confirm each acquire on this many replicas (`WAIT`).
     pub min_replicas: u32,
+    /// Legacy pollers' turns (`legacy_interop`; `None`: as the prefix says).
+    pub legacy_interop: Option<bool>,
     /// `prefix` key, if given.
     pub prefix: Option<Vec<u8>>,
     /// `lock_prefix` key, if given (queues).
@@ -233,6 +235,7 @@ pub fn read(at: crate::args::At, param: Option<&Zval>, policy: Policy) -> PhpRes
         fair: false,
         auto_renew: false,
         min_replicas: 0,
+        legacy_interop: None,
         prefix: None,
         lock_prefix: None,
     };
@@ -285,6 +288,7 @@ pub fn read(at: crate::args::At, param: Option<&Zval>, policy: Policy) -> PhpRes
             "fair" => out.fair = value.coerce_to_bool(),
             "auto_renew" => out.auto_renew = value.coerce_to_bool(),
             "min_replicas" => set(replicas(key, value).map(|v| out.min_replicas = v))?,
+            "legacy_interop" => out.legacy_interop = Some(value.coerce_to_bool()),
             "prefix" => set(bytes(key, value).map(|v| out.prefix = v))?,
             "lock_prefix" => set(bytes(key, value).map(|v| out.lock_prefix = v))?,
             "servers" => {

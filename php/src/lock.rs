@@ -58,6 +58,7 @@ pub struct RedisLock {
     fair: bool,
     auto_renew: bool,
     min_replicas: u32,
+    legacy_interop: Option<bool>,
     prefix: Vec<u8>,
     /// Locks this object holds (or held: a lost hold stays until unlock),
     /// with the `$expire` and `$waitIntervalUs` they were taken with.
@@ -75,6 +76,7 @@ impl RedisLock {
             fair: s.fair,
             auto_renew: s.auto_renew,
             min_replicas: s.min_replicas,
+            legacy_interop: s.legacy_interop,
             prefix: s
                 .prefix
                 .unwrap_or_else(|| ferrolock::DEFAULT_LOCK_PREFIX.as_bytes().to_vec()),
@@ -144,6 +146,7 @@ impl RedisLock {
         opts.fair = self.fair;
         opts.auto_renew = self.auto_renew;
         opts.min_replicas = self.min_replicas;
+        opts.legacy_interop = self.legacy_interop;
         opts.recheck = recheck;
         Ok(Box::new(Lock::new(client, name, opts)?))
     }

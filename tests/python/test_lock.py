@@ -215,6 +215,25 @@ def test_reentrant_counts_and_touches_redis_twice(url, redis_server, name):
     plain.release()
 
 
+@pytest.mark.parametrize(("kwargs", "keys"), [
+    ({}, 6),  # the default prefix Lock: shares the lock with legacy pollers
+    ({"legacy_interop": False}, 4),
+    ({"prefix": "App:"}, 4),
+    ({"prefix": "App:", "legacy_interop": True}, 6),
+])
+def test_legacy_interop_follows_the_prefix_unless_set(url, redis_server, name, kwargs, keys):
+    """The release passes the keys of the legacy pollers' turns (6 keys, not
+    4) only while legacy interop is on."""
+    lock = Lock(name, **kwargs)
+    assert lock.acquire(blocking=False)
+    with Monitor(redis_server.port) as mon:
+        lock.release()
+    # (Twice when the server did not know the script yet: NOSCRIPT, load, again.)
+    sent = [c.split() for c in mon.commands if name in c]
+    assert sent and {c[0] for c in sent} == {'"EVALSHA"'}, sent
+    assert {c[2] for c in sent} == {f'"{keys}"'}, sent
+
+
 def test_mutual_exclusion_8_threads_x_500(url, r, name):
     counter = f"{name}:value"
     r("SET", counter, 0)

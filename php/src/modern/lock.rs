@@ -23,6 +23,7 @@ const SETTINGS: &[(&str, Kind, &[&str])] = &[
     ("url", Kind::Bytes, &[]),
     ("prefix", Kind::Bytes, &[]),
     ("minReplicas", Kind::Int, &["min_replicas"]),
+    ("legacyInterop", Kind::Bool, &["legacy_interop"]),
 ];
 
 /// A distributed lock on one Redis deployment (a server, a Sentinel master,
@@ -61,6 +62,7 @@ fn build(
     url: Option<OptStr>,
     prefix: Option<OptStr>,
     minReplicas: Option<OptInt>,
+    legacyInterop: Option<OptBool>,
 ) -> PhpResult<Built> {
     let options_at = args.at("options");
     let mut s = Settings::new(function, SETTINGS);
@@ -78,6 +80,10 @@ fn build(
     s.arg("prefix", bytes(args.read("prefix", prefix)?));
     let min_replicas = args.read("minReplicas", minReplicas)?;
     s.arg("minReplicas", min_replicas.map(super::Value::Int));
+    s.arg(
+        "legacyInterop",
+        boolean(args.read("legacyInterop", legacyInterop)?),
+    );
     s.options(&options_at, options)?;
 
     let what = s.what();
@@ -90,6 +96,7 @@ fn build(
     opts.auto_renew = s.boolean("autoRenew").unwrap_or(true);
     opts.reentrant = s.boolean("reentrant").unwrap_or(false);
     opts.fair = s.boolean("fair").unwrap_or(false);
+    opts.legacy_interop = s.boolean("legacyInterop");
     opts.prefix = s
         .bytes("prefix")
         .unwrap_or_else(|| DEFAULT_LOCK_PREFIX.as_bytes().to_vec());
@@ -139,7 +146,8 @@ impl Lock {
         connection = None,
         url = None,
         prefix = None,
-        minReplicas = None
+        minReplicas = None,
+        legacyInterop = None
     ))]
     #[allow(clippy::too_many_arguments)]
     pub fn __construct(
@@ -154,6 +162,7 @@ impl Lock {
         url: Option<OptStr>,
         prefix: Option<OptStr>,
         minReplicas: Option<OptInt>,
+        legacyInterop: Option<OptBool>,
     ) -> PhpResult<Self> {
         guard(|| {
             const F: &str = "Ferrolock\\Lock::__construct";
@@ -173,6 +182,7 @@ impl Lock {
                 url,
                 prefix,
                 minReplicas,
+                legacyInterop,
             )?;
             let inner =
                 ferrolock::Lock::new(&b.client, &b.name, b.opts).map_err(|e| invalid(F, e))?;
@@ -196,7 +206,8 @@ impl Lock {
         connection = None,
         url = None,
         prefix = None,
-        minReplicas = None
+        minReplicas = None,
+        legacyInterop = None
     ))]
     #[allow(clippy::too_many_arguments)]
     pub fn restore(
@@ -212,6 +223,7 @@ impl Lock {
         url: Option<OptStr>,
         prefix: Option<OptStr>,
         minReplicas: Option<OptInt>,
+        legacyInterop: Option<OptBool>,
     ) -> PhpResult<Self> {
         guard(|| {
             const F: &str = "Ferrolock\\Lock::restore";
@@ -236,6 +248,7 @@ impl Lock {
                 url,
                 prefix,
                 minReplicas,
+                legacyInterop,
             )?;
             let inner = ferrolock::Lock::restore(&b.client, &b.name, b.opts, &token)
                 .map_err(|e| modern("Ferrolock\\Lock::restore()", e))?;

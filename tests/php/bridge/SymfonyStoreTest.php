@@ -211,6 +211,11 @@ final class SymfonyStoreTest extends TestCase
         $this->assertTrue($lock->acquire());
         $this->assertSame(1, $this->redis->exists("App:$n"));
         $lock->release();
+        // Legacy interop is a Ferrolock\Lock setting the store passes on.
+        $lock = $this->factory(['legacyInterop' => false])->createLock($n, 30);
+        $this->assertTrue($lock->acquire());
+        $this->assertSame(1, $this->redis->exists("Lock:$n"));
+        $lock->release();
     }
 
     public function testBadInput(): void

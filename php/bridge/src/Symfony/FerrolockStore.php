@@ -34,7 +34,8 @@ use Symfony\Component\Lock\PersistingStoreInterface;
 final class FerrolockStore implements PersistingStoreInterface, BlockingStoreInterface
 {
     /** Settings passed on to every Ferrolock\Lock. */
-    private const OPTIONS = ['prefix', 'fair', 'minReplicas', 'min_replicas', 'connection', 'url'];
+    private const OPTIONS = ['prefix', 'fair', 'minReplicas', 'min_replicas', 'legacyInterop', 'legacy_interop',
+        'connection', 'url'];
 
     private array $options;
 
@@ -48,7 +49,8 @@ final class FerrolockStore implements PersistingStoreInterface, BlockingStoreInt
      * @param float $initialTtl seconds a lock lives after save() (Symfony's
      *        Lock then sets its own ttl with putOffExpiration())
      * @param array $options prefix (default 'Lock:'), fair (waiters served in
-     *        arrival order), minReplicas
+     *        arrival order), minReplicas, legacyInterop (false: no turns for
+     *        legacy SETNX pollers; default: on for the prefix 'Lock:')
      */
     public function __construct(
         string|array|null $connection = null,
