@@ -288,7 +288,10 @@ pub fn read(at: crate::args::At, param: Option<&Zval>, policy: Policy) -> PhpRes
             "fair" => out.fair = value.coerce_to_bool(),
             "auto_renew" => out.auto_renew = value.coerce_to_bool(),
             "min_replicas" => set(replicas(key, value).map(|v| out.min_replicas = v))?,
-            "legacy_interop" => out.legacy_interop = Some(value.coerce_to_bool()),
+            // null: the default (on for the prefix `Lock:`).
+            "legacy_interop" => {
+                out.legacy_interop = (!value.is_null()).then(|| value.coerce_to_bool())
+            }
             "prefix" => set(bytes(key, value).map(|v| out.prefix = v))?,
             "lock_prefix" => set(bytes(key, value).map(|v| out.lock_prefix = v))?,
             "servers" => {

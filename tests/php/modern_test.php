@@ -254,7 +254,7 @@ $held = new Lock($n, legacyInterop: false);
 assert($held->acquire(0));
 $same = Lock::restore($n, $held->token(), legacyInterop: false);
 assert(release_keys($r, fn() => true, fn() => $same->release()) === 4, 'restore takes it too');
-foreach ([[[], 6], [['legacy_interop' => false], 4]] as [$param, $keys]) {
+foreach ([[[], 6], [['legacy_interop' => false], 4], [['legacy_interop' => null], 6]] as [$param, $keys]) {
     $old = new RedisLock($param ?: null);
     $got = release_keys($r, fn() => $old->lock($n, 0, 30), fn() => $old->unlock($n));
     assert($got === $keys, 'RedisLock ' . json_encode($param) . ": $got keys, not $keys");
