@@ -88,7 +88,8 @@ class RedisLock
      *        connected; 'prefix' => key prefix (default 'Lock:');
      *        'legacy_interop' => false stops leaving the key free now and
      *        then for legacy SETNX pollers under sustained contention (on by
-     *        default for the prefix 'Lock:': see docs/migration.md).
+     *        default for the prefix 'Lock:', single server only: Redlock
+     *        gives no such turns; see docs/migration.md).
      */
     public function __construct(string|array|null $param = null) {}
 

@@ -228,10 +228,13 @@ ok('bad input to Lock: ValueError / TypeError');
 function release_keys(Redis $r, callable $acquire, callable $release): int {
     assert($acquire());
     $r->rawCommand('CONFIG', 'SET', 'slowlog-log-slower-than', '0');
-    $r->rawCommand('SLOWLOG', 'RESET');
-    $release();
-    $log = $r->rawCommand('SLOWLOG', 'GET', '50');
-    $r->rawCommand('CONFIG', 'SET', 'slowlog-log-slower-than', '10000');
+    try {
+        $r->rawCommand('SLOWLOG', 'RESET');
+        $release();
+        $log = $r->rawCommand('SLOWLOG', 'GET', '50');
+    } finally {
+        $r->rawCommand('CONFIG', 'SET', 'slowlog-log-slower-than', '10000');
+    }
     foreach ($log as $entry) {
         if (strtoupper($entry[3][0]) === 'EVALSHA') {
             return (int) $entry[3][2];

@@ -228,6 +228,9 @@ def test_legacy_interop_follows_the_prefix_unless_set(url, redis_server, name, k
     assert lock.acquire(blocking=False)
     with Monitor(redis_server.port) as mon:
         lock.release()
+        until = time.monotonic() + 5  # the release's line, read by the monitor's thread
+        while not any("EVALSHA" in c and name in c for c in mon.commands) and time.monotonic() < until:
+            time.sleep(0.01)
     # (Twice when the server did not know the script yet: NOSCRIPT, load, again.)
     sent = [c.split() for c in mon.commands if name in c]
     assert sent and {c[0] for c in sent} == {'"EVALSHA"'}, sent

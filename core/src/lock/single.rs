@@ -177,7 +177,11 @@ impl Lock {
         let mut st = lock.state.lock_unpoisoned();
         let lease = lock.opts.auto_renew.then(|| {
             let lease = lock.lease_for(&mut st.spare, token, sent);
-            lease.limit_validity(sent + left);
+            if pttl >= 0 {
+                // (A key without a TTL does not run out: a whole TTL, as
+                // any hold.)
+                lease.limit_validity(sent + left);
+            }
             watchdog::register_adopted(lease.clone(), Instant::now());
             lease
         });

@@ -57,20 +57,30 @@ fn a_restored_lock_renews_when_asked() {
 fn a_restored_lock_with_little_ttl_left_is_renewed_in_time() {
     let c = client();
     let mut opts = lock_opts("restore-late");
-    opts.ttl = Duration::from_millis(1500);
+    opts.ttl = Duration::from_secs(6);
     let a = Lock::new(&c, b"x", opts.clone()).unwrap();
     assert!(a.try_acquire().unwrap());
-    // 300 ms left: a first renewal a third of the TTL (500 ms) after the
+    // 1.5 s left: a first renewal a third of the TTL (2 s) after the
     // restore would come after the key expired.
-    let _: () = raw().pexpire(a.key(), 300).unwrap();
+    let _: () = raw().pexpire(a.key(), 1500).unwrap();
     opts.auto_renew = true;
-    let b = Lock::restore(&c, b"x", opts, &a.token().unwrap()).unwrap();
+    let b = Lock::restore(&c, b"x", opts.clone(), &a.token().unwrap()).unwrap();
     a.forget();
-    std::thread::sleep(Duration::from_millis(800));
-    assert!(b.owned().unwrap(), "renewed before its 300 ms ran out");
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(b.owned().unwrap(), "renewed before its 1.5 s ran out");
     assert!(!b.lost());
     let pttl: i64 = raw().pttl(b.key()).unwrap();
-    assert!(pttl > 300, "renewed to the lock's TTL: {pttl}");
+    assert!(pttl > 1500, "renewed to the lock's TTL: {pttl}");
+    b.release().unwrap();
+
+    // A key without a TTL (a legacy SETNX never followed by EXPIRE) does
+    // not run out: the restored hold is not lost, and is renewed as usual.
+    let a = Lock::new(&c, b"x", opts.clone()).unwrap();
+    assert!(a.try_acquire().unwrap());
+    let _: () = raw().persist(a.key()).unwrap();
+    let b = Lock::restore(&c, b"x", opts, &a.token().unwrap()).unwrap();
+    a.forget();
+    assert!(!b.lost(), "a key without a TTL is not lost");
     b.release().unwrap();
 }
 
