@@ -224,24 +224,8 @@ ok('bad input to Lock: ValueError / TypeError');
 
 // legacyInterop: a release passes the keys of the legacy pollers' turns (6
 // keys, not 4) only while it is on: by default for the prefix Lock:, else
-// as set. Seen in the slow log, which logs every command at threshold 0.
-function release_keys(Redis $r, callable $acquire, callable $release): int {
-    assert($acquire());
-    $r->rawCommand('CONFIG', 'SET', 'slowlog-log-slower-than', '0');
-    try {
-        $r->rawCommand('SLOWLOG', 'RESET');
-        $release();
-        $log = $r->rawCommand('SLOWLOG', 'GET', '50');
-    } finally {
-        $r->rawCommand('CONFIG', 'SET', 'slowlog-log-slower-than', '10000');
-    }
-    foreach ($log as $entry) {
-        if (strtoupper($entry[3][0]) === 'EVALSHA') {
-            return (int) $entry[3][2];
-        }
-    }
-    throw new RuntimeException('no release script in the slow log: ' . json_encode($log));
-}
+// as set (release_keys.php).
+require_once __DIR__ . '/release_keys.php';
 $n = uniq('interop');
 foreach ([
     'default (Lock:)' => [new Lock($n), 6],
@@ -250,16 +234,18 @@ foreach ([
     'another prefix' => [new Lock($n, prefix: 'App:'), 4],
     'another prefix, legacyInterop: true' => [new Lock($n, prefix: 'App:', legacyInterop: true), 6],
 ] as $case => [$lock, $keys]) {
-    $got = release_keys($r, fn() => $lock->acquire(0), fn() => $lock->release());
+    assert($lock->acquire(0));
+    $got = release_keys($r, fn() => $lock->release());
     assert($got === $keys, "$case: the release passed $got keys, not $keys");
 }
 $held = new Lock($n, legacyInterop: false);
 assert($held->acquire(0));
 $same = Lock::restore($n, $held->token(), legacyInterop: false);
-assert(release_keys($r, fn() => true, fn() => $same->release()) === 4, 'restore takes it too');
+assert(release_keys($r, fn() => $same->release()) === 4, 'restore takes it too');
 foreach ([[[], 6], [['legacy_interop' => false], 4], [['legacy_interop' => null], 6]] as [$param, $keys]) {
     $old = new RedisLock($param ?: null);
-    $got = release_keys($r, fn() => $old->lock($n, 0, 30), fn() => $old->unlock($n));
+    assert($old->lock($n, 0, 30));
+    $got = release_keys($r, fn() => $old->unlock($n));
     assert($got === $keys, 'RedisLock ' . json_encode($param) . ": $got keys, not $keys");
 }
 ok('legacyInterop (legacy_interop): on for Lock:, off when set so');

@@ -21,6 +21,8 @@ foreach ($composer['autoload']['psr-4'] as $prefix => $dir) {
     });
 }
 
+require_once __DIR__ . '/../release_keys.php';
+
 if (getenv('FERROLOCK_NO_LARAVEL') !== '1') {
     require_once __DIR__ . '/laravel_contracts.php';
 }
